@@ -1,0 +1,40 @@
+"""TriCache: a three-tier cache for the LLM calls of LangChain and LlamaIndex apps.
+
+The public surface::
+
+    from tricache import Cache
+    cache = Cache()                                  # embedded: memory + SQLite
+    req = cache.request("How do I reset my password?", system="You are a helpdesk bot.")
+    if (hit := cache.lookup(req)) is None:
+        cache.update(req, call_the_llm(req))
+"""
+
+from .breaker import CircuitBreaker
+from .entry import CacheEntry, CorruptEntry
+from .exact import ExactTier
+from .home import data_dir
+from .metrics import Metrics
+from .normalize import normalize
+from .policy import TtlPolicy
+from .request import CacheRequest, Turn, context_fingerprint, exact_key
+from .stack import Cache, Hit
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cache",
+    "CacheEntry",
+    "CacheRequest",
+    "CircuitBreaker",
+    "CorruptEntry",
+    "ExactTier",
+    "Hit",
+    "Metrics",
+    "TtlPolicy",
+    "Turn",
+    "__version__",
+    "context_fingerprint",
+    "data_dir",
+    "exact_key",
+    "normalize",
+]

@@ -1,0 +1,102 @@
+"""A Bloom filter of the keys written to L2, so keys never written skip the round trip.
+
+Each process keeps its own filter (rbloom).  It learns the keys that *other* processes wrote
+from the store's write log (a Redis stream, or SQLite's growing row ids) at most every
+``sync_s`` seconds, so another process's entry becomes visible after at most that long: never a
+permanent miss.  Until the first full load finishes (in a background thread) the filter answers
+"maybe" for every key.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from rbloom import Bloom
+
+from .stores.base import L2Store
+
+__all__ = ["KeyFilter"]
+
+log = logging.getLogger(__name__)
+
+
+def _key_hash(key: str) -> int:
+    """Keys end in a hex digest already: reuse 128 bits of it (stable across processes)."""
+    try:
+        return int(key[-32:], 16) - 2**127
+    except ValueError:  # not one of our keys: fall back to a stable digest
+        from hashlib import blake2b
+
+        return int.from_bytes(blake2b(key.encode(), digest_size=16).digest(), "big") - 2**127
+
+
+class KeyFilter:
+    """Keys that may be in L2; ``might_contain`` is False only for keys surely never written."""
+
+    def __init__(self, capacity: int = 1_000_000, error_rate: float = 0.01) -> None:
+        self.capacity = capacity
+        self.error_rate = error_rate
+        self._bloom = Bloom(capacity, error_rate, _key_hash)
+        self._cursor = ""
+        self._ready = False
+        self._loading = False
+        self._lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def might_contain(self, key: str) -> bool:
+        return not self._ready or key in self._bloom
+
+    def add(self, key: str) -> None:
+        self._bloom.add(key)
+
+    def sync(self, store: L2Store, namespace: str) -> None:
+        """Learn the keys written since the last sync; start the full load if not ready."""
+        if not self._ready:
+            self._start_load(store, namespace)
+            return
+        with self._lock:
+            complete = self._follow_log(store, namespace)
+        if not complete or self._bloom.approx_items > self.capacity:
+            why = "full" if complete else "write log gap"
+            log.info("tricache: bloom filter rebuilding (%s)", why)
+            self._ready = False
+            self._start_load(store, namespace)
+
+    def load(self, store: L2Store, namespace: str) -> None:
+        """Build the filter from the store (blocking); the log is followed from its tail."""
+        with self._lock:
+            self._bloom = Bloom(self.capacity, self.error_rate, _key_hash)
+            self._cursor = ""
+            complete = self._follow_log(store, namespace)
+            if not complete:  # the log was trimmed: the full key list is the only truth
+                self._bloom.update(store.keys(namespace))
+            self._ready = True
+
+    def _follow_log(self, store: L2Store, namespace: str) -> bool:
+        complete = True
+        while True:
+            batch = store.written_since(namespace, self._cursor)
+            complete = complete and batch.complete
+            self._bloom.update(batch.keys)
+            self._cursor = batch.cursor
+            if not batch.keys:
+                return complete
+
+    def _start_load(self, store: L2Store, namespace: str) -> None:
+        if self._loading:
+            return
+        self._loading = True
+
+        def run() -> None:
+            try:
+                self.load(store, namespace)
+            except Exception as exc:  # stays not ready: every key is a "maybe"
+                log.warning("tricache: bloom filter load failed: %s", exc)
+            finally:
+                self._loading = False
+
+        threading.Thread(target=run, name="tricache-bloom-load", daemon=True).start()

@@ -1,0 +1,77 @@
+"""A cached answer and its MessagePack codec.
+
+The stored value never contains pickled objects: adapters put plain data (str, numbers, lists,
+dicts, bytes) in ``payload``.  The write time (watermark) is not part of the encoded value: the
+store stamps it with its own clock (Redis ``TIME``, or the local clock in embedded mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+__all__ = ["SCHEMA_VERSION", "CacheEntry", "CorruptEntry", "decode_entry", "encode_entry"]
+
+SCHEMA_VERSION = 1
+
+
+class CorruptEntry(ValueError):
+    """A stored value that does not decode into a current ``CacheEntry``."""
+
+
+@dataclass(slots=True)
+class CacheEntry:
+    """The answer text, the adapter's payload and the versions it was written under."""
+
+    text: str
+    payload: Any = None
+    category: str | None = None
+    kb_version: int = 0
+    tag_versions: dict[str, int] = field(default_factory=dict)
+    negative: bool = False
+    hits: int = 0
+    watermark: float = 0.0  # stamped by the store on write; read back with the value
+
+
+def encode_entry(entry: CacheEntry) -> bytes:
+    """Encode ``entry`` (all but the watermark) as MessagePack; ``TypeError`` on non-plain data."""
+    return msgpack.packb(
+        [
+            SCHEMA_VERSION,
+            entry.text,
+            entry.payload,
+            entry.category,
+            entry.kb_version,
+            entry.tag_versions,
+            entry.negative,
+            entry.hits,
+        ],
+        use_bin_type=True,
+        unicode_errors="surrogatepass",
+    )
+
+
+def decode_entry(data: bytes, watermark: float) -> CacheEntry:
+    """Decode a stored value; any malformed or foreign value raises ``CorruptEntry``."""
+    try:
+        fields = msgpack.unpackb(
+            data, raw=False, strict_map_key=True, unicode_errors="surrogatepass"
+        )
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise CorruptEntry(f"undecodable value: {exc}") from None
+    if not isinstance(fields, list) or len(fields) != 8 or fields[0] != SCHEMA_VERSION:
+        raise CorruptEntry("unknown schema")
+    _, text, payload, category, kb_version, tag_versions, negative, hits = fields
+    if not (
+        isinstance(text, str)
+        and (category is None or isinstance(category, str))
+        and isinstance(kb_version, int)
+        and isinstance(tag_versions, dict)
+        and all(isinstance(k, str) and isinstance(v, int) for k, v in tag_versions.items())
+        and isinstance(negative, bool)
+        and isinstance(hits, int)
+    ):
+        raise CorruptEntry("fields of the wrong type")
+    return CacheEntry(text, payload, category, kb_version, tag_versions, negative, hits, watermark)

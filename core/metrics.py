@@ -1,0 +1,48 @@
+"""Counters and latency samples per tier, cheap enough for every lookup."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict, deque
+from typing import Any
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    """Thread-safe event counts and a window of recent latencies per tier."""
+
+    def __init__(self, window: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._latency: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=window))
+
+    def incr(self, tier: str, event: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[tier, event] += n
+
+    def observe(self, tier: str, seconds: float) -> None:
+        self._latency[tier].append(seconds)  # deque.append is atomic
+
+    def count(self, tier: str, event: str) -> int:
+        return self._counts[tier, event]
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """``{tier: {event: count, ..., "latency_ms": {"p50": .., "p95": .., "p99": ..}}}``."""
+        with self._lock:
+            out: dict[str, dict[str, Any]] = defaultdict(dict)
+            for (tier, event), n in self._counts.items():
+                out[tier][event] = n
+        for tier, samples in list(self._latency.items()):
+            ordered = sorted(samples)
+            if ordered:
+                out[tier]["latency_ms"] = {
+                    f"p{q}": round(ordered[min(len(ordered) - 1, len(ordered) * q // 100)] * 1e3, 4)
+                    for q in (50, 95, 99)
+                }
+        return dict(out)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._latency.clear()

@@ -1,0 +1,121 @@
+"""The request every tier reads, and the exact key derived from it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from hashlib import blake2b
+
+from .normalize import normalize
+
+__all__ = ["CacheRequest", "Turn", "context_fingerprint", "exact_key", "text_bytes"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One earlier message of a conversation."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRequest:
+    """One normalized view of an LLM call (DESIGN.md, "What makes a key").
+
+    Wrong types raise ``TypeError`` here, at the boundary, so nothing deeper has to guess.
+    """
+
+    query: str
+    system: str = ""
+    history: tuple[Turn, ...] = ()
+    namespace: str = "default"
+    tenant: str = "default"
+    llm_key: str = ""
+    category: str | None = None
+    tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("query", "system", "tenant", "llm_key"):
+            _require_str(name, getattr(self, name))
+        if not isinstance(self.namespace, str) or not _NAME.match(self.namespace):
+            raise ValueError(
+                f"namespace must be 1-64 characters of [A-Za-z0-9_.-], got {self.namespace!r}"
+            )
+        if self.category is not None:
+            _require_str("category", self.category)
+        object.__setattr__(self, "history", _turns(self.history))
+        object.__setattr__(self, "tags", _tags(self.tags))
+
+
+def _require_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"CacheRequest.{name} must be str, got {type(value).__name__}")
+
+
+def _turns(history: Iterable[object]) -> tuple[Turn, ...]:
+    if isinstance(history, str | bytes):
+        raise TypeError("CacheRequest.history must be a sequence of turns, not a string")
+    turns = []
+    for item in history:
+        if isinstance(item, Turn):
+            turn = item
+        elif isinstance(item, Sequence) and len(item) == 2:
+            turn = Turn(*item)
+        else:
+            raise TypeError(f"a history turn must be Turn or (role, content), got {item!r:.80}")
+        _require_str("history role", turn.role)
+        _require_str("history content", turn.content)
+        turns.append(turn)
+    return tuple(turns)
+
+
+def _tags(tags: Iterable[object]) -> tuple[str, ...]:
+    if isinstance(tags, str | bytes):
+        raise TypeError("CacheRequest.tags must be a sequence of str, not a string")
+    out = []
+    for tag in tags:
+        _require_str("tags item", tag)
+        out.append(tag)  # type: ignore[arg-type]
+    return tuple(sorted(set(out)))
+
+
+def text_bytes(text: str) -> bytes:
+    """UTF-8 that also encodes lone surrogates, so distinct strings never collide."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+@lru_cache(maxsize=4096)
+def context_fingerprint(system: str, history: tuple[Turn, ...], turns: int = 3) -> str:
+    """Hash of the system prompt and the last ``turns`` turns, volatile fragments removed.
+
+    Two requests with the same fingerprint were asked in the same context.  The empty context
+    (first turn, no system prompt) has its own fingerprint.
+    """
+    h = blake2b(digest_size=16)
+    h.update(text_bytes(normalize(system, volatile=True)))
+    for turn in history[-turns:] if turns > 0 else ():
+        h.update(b"\x1e" + text_bytes(turn.role.casefold()) + b"\x1f")
+        h.update(text_bytes(normalize(turn.content, volatile=True)))
+    return h.hexdigest()
+
+
+def exact_key(request: CacheRequest, *, cache_version: str = "1", history_turns: int = 3) -> str:
+    """The exact-tier key: a readable prefix and a blake2b digest, never the prompt text."""
+    h = blake2b(digest_size=20)
+    for part in (
+        cache_version,
+        request.namespace,
+        request.tenant,
+        request.llm_key,
+        context_fingerprint(request.system, request.history, history_turns),
+        normalize(request.query),
+    ):
+        data = text_bytes(part)
+        h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no ambiguity between parts
+        h.update(data)
+    return f"tricache:{request.namespace}:x:{h.hexdigest()}"

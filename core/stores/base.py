@@ -1,0 +1,53 @@
+"""The interface every L2 store (Redis, SQLite) offers the exact tier.
+
+Keys are full strings (``tricache:<namespace>:x:<digest>``); values are opaque bytes.  Besides
+entries a store keeps per-namespace *meta* numbers (tag versions, the knowledge-base version,
+the minimum acceptable watermark) and a write log that lets each process's Bloom filter learn
+the keys other processes wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
+
+__all__ = ["L2Store", "Record", "WrittenKeys"]
+
+
+class Record(NamedTuple):
+    value: bytes
+    watermark: float  # the store's clock when the value was written, seconds since the epoch
+
+
+class WrittenKeys(NamedTuple):
+    keys: list[str]
+    cursor: str
+    complete: bool  # False when the log lost entries since the cursor: rebuild from a full scan
+
+
+@runtime_checkable
+class L2Store(Protocol):
+    """Shared second level of the exact tier; every method may raise on a store failure."""
+
+    name: str
+    has_pubsub: bool
+
+    def get(self, key: str) -> Record | None: ...
+    def set(self, key: str, value: bytes, ttl: float) -> float: ...
+    def delete(self, keys: Sequence[str]) -> None: ...
+    async def aget(self, key: str) -> Record | None: ...
+    async def aset(self, key: str, value: bytes, ttl: float) -> float: ...
+    async def adelete(self, keys: Sequence[str]) -> None: ...
+
+    def read_meta(self, namespace: str, names: Sequence[str]) -> dict[str, float]: ...
+    def bump_meta(self, namespace: str, name: str) -> int: ...
+    def write_meta(self, namespace: str, name: str, value: float) -> None: ...
+
+    def keys(self, namespace: str) -> Iterator[str]: ...
+    def scan(self, namespace: str) -> Iterator[tuple[str, Record]]: ...
+    def written_since(self, namespace: str, cursor: str) -> WrittenKeys: ...
+    def clear(self, namespace: str) -> int: ...
+
+    def publish(self, namespace: str, message: bytes) -> None: ...
+    def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None: ...
+    def close(self) -> None: ...

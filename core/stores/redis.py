@@ -1,0 +1,217 @@
+"""Shared L2 on Redis or Redis Cluster, with redis-py's sync and asyncio clients.
+
+Layout of a namespace ``ns``:
+
+- ``tricache:ns:x:<digest>`` — entries; the value is a 16-digit watermark in microseconds
+  (Redis ``TIME``, stamped by a Lua script) followed by the MessagePack entry;
+- ``tricache:ns:meta`` — one hash of meta numbers (tag versions, knowledge-base version, ...);
+- ``tricache:ns:wlog`` — a capped stream of written keys, read by other processes' Bloom filters;
+- channel ``tricache:ns:events`` — invalidation messages.
+
+Entry keys spread over the cluster's slots; every operation touches one key, so nothing needs
+a hash tag.  Timeouts are short and retries off: a slow store must cost a lookup its budget, not
+the client's defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .base import Record, WrittenKeys
+
+__all__ = ["RedisStore"]
+
+log = logging.getLogger(__name__)
+
+_WM_DIGITS = 16
+# SET with the server's clock as the watermark: one round trip, no caller clock involved.
+_SET_STAMPED = """
+local t = redis.call('TIME')
+local wm = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('SET', KEYS[1], wm .. ARGV[1], 'PX', ARGV[2])
+return wm
+"""
+
+
+class RedisStore:
+    """L2 on Redis (``redis://``, ``rediss://``, ``unix://``) or Redis Cluster."""
+
+    name = "redis"
+    has_pubsub = True
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        timeout: float = 0.05,
+        cluster: bool = False,
+        write_log_length: int = 200_000,
+    ) -> None:
+        self.url = url
+        self.cluster = cluster
+        self._options: dict[str, Any] = dict(
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        self._log_length = write_log_length
+        self._sync = self._client(redis, **self._options)
+        self._set_script = self._sync.register_script(_SET_STAMPED)
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._subscriber: Any = None
+        self._sub_lock = threading.Lock()
+
+    def _client(self, module: Any, **options: Any) -> Any:
+        if self.cluster:
+            return module.RedisCluster.from_url(self.url, **options)
+        return module.Redis.from_url(self.url, **options)
+
+    def _aclient(self) -> Any:
+        """redis.asyncio clients belong to one event loop: keep one per running loop."""
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            client = self._client(redis.asyncio, **self._options)
+            client.tricache_set = client.register_script(_SET_STAMPED)
+            self._async[loop] = client
+        return client
+
+    # entries -------------------------------------------------------------------------------
+    def get(self, key: str) -> Record | None:
+        return _record(self._sync.get(key))
+
+    def set(self, key: str, value: bytes, ttl: float) -> float:
+        pipe = self._sync.pipeline(transaction=False)
+        self._set_script(keys=[key], args=[value, max(1, int(ttl * 1000))], client=pipe)
+        pipe.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
+        wm, _ = pipe.execute()
+        return int(wm) / 1e6
+
+    def delete(self, keys: Sequence[str]) -> None:
+        for key in keys:  # one key a command: cluster-safe
+            self._sync.delete(key)
+
+    async def aget(self, key: str) -> Record | None:
+        return _record(await self._aclient().get(key))
+
+    async def aset(self, key: str, value: bytes, ttl: float) -> float:
+        client = self._aclient()
+        pipe = client.pipeline(transaction=False)
+        await client.tricache_set(keys=[key], args=[value, max(1, int(ttl * 1000))], client=pipe)
+        pipe.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
+        wm, _ = await pipe.execute()
+        return int(wm) / 1e6
+
+    async def adelete(self, keys: Sequence[str]) -> None:
+        client = self._aclient()
+        for key in keys:
+            await client.delete(key)
+
+    # meta ----------------------------------------------------------------------------------
+    def read_meta(self, namespace: str, names: Sequence[str]) -> dict[str, float]:
+        if not names:
+            return {}
+        values = self._sync.hmget(f"tricache:{namespace}:meta", list(names))
+        return {n: float(v) if v is not None else 0.0 for n, v in zip(names, values, strict=True)}
+
+    def bump_meta(self, namespace: str, name: str) -> int:
+        return int(self._sync.hincrby(f"tricache:{namespace}:meta", name, 1))
+
+    def write_meta(self, namespace: str, name: str, value: float) -> None:
+        self._sync.hset(f"tricache:{namespace}:meta", name, repr(float(value)))
+
+    # bulk ----------------------------------------------------------------------------------
+    def keys(self, namespace: str) -> Iterator[str]:
+        for raw in self._sync.scan_iter(match=f"tricache:{namespace}:x:*", count=1000):
+            yield raw.decode() if isinstance(raw, bytes) else raw
+
+    def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
+        for key in self.keys(namespace):
+            record = _record(self._sync.get(key))
+            if record is not None:  # expired between SCAN and GET
+                yield key, record
+
+    def written_since(self, namespace: str, cursor: str) -> WrittenKeys:
+        stream = f"tricache:{namespace}:wlog"
+        pipe = self._sync.pipeline(transaction=False)
+        pipe.xinfo_stream(stream)
+        pipe.xrange(stream, min=f"({cursor}" if cursor else "-", max="+", count=50_000)
+        info, entries = pipe.execute(raise_on_error=False)
+        if isinstance(entries, Exception):
+            raise entries
+        if isinstance(info, Exception):  # no stream yet: nothing was written
+            return WrittenKeys([], cursor, True)
+        trimmed = _stream_id(info.get("max-deleted-entry-id", b"0-0"))
+        complete = not cursor or trimmed <= _stream_id(cursor)
+        keys = [fields[b"k"].decode() for _, fields in entries]
+        new_cursor = entries[-1][0].decode() if entries else cursor
+        return WrittenKeys(keys, new_cursor, complete)
+
+    def clear(self, namespace: str) -> int:
+        count = 0
+        for raw in self._sync.scan_iter(match=f"tricache:{namespace}:*", count=1000):
+            count += self._sync.delete(raw)
+        return count
+
+    # pub/sub -------------------------------------------------------------------------------
+    def publish(self, namespace: str, message: bytes) -> None:
+        self._sync.publish(f"tricache:{namespace}:events", message)
+
+    def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None:
+        """Call ``callback`` from a daemon thread for each event; reconnects by itself."""
+        with self._sub_lock:
+            if self._subscriber is not None:
+                return
+            client = self._client(redis, socket_timeout=5, socket_connect_timeout=1)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(**{f"tricache:{namespace}:events": lambda m: callback(m["data"])})
+            self._subscriber = pubsub.run_in_thread(
+                sleep_time=1.0, daemon=True, exception_handler=_keep_listening
+            )
+
+    def close(self) -> None:
+        if self._subscriber is not None:
+            self._subscriber.stop()
+            self._subscriber = None
+        self._sync.close()
+
+
+def _keep_listening(exc: BaseException, pubsub: Any, thread: Any) -> None:
+    log.debug("tricache: invalidation channel error (%s); retrying", exc)
+    threading.Event().wait(1.0)
+
+
+def _record(value: bytes | None) -> Record | None:
+    """Split a stored value into (entry bytes, watermark); ``None`` stays ``None``.
+
+    A value without a valid watermark header comes back with watermark 0: the entry codec then
+    rejects it as corrupt (or the staleness check as too old).
+    """
+    if value is None:
+        return None
+    head = value[:_WM_DIGITS]
+    if len(head) == _WM_DIGITS and head.isdigit():
+        return Record(value[_WM_DIGITS:], int(head) / 1e6)
+    return Record(value, 0.0)
+
+
+def _wlog(key: str) -> str:
+    return key[: key.index(":x:")] + ":wlog"
+
+
+def _stream_id(raw: bytes | str) -> tuple[int, int]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
