@@ -1,16 +1,18 @@
 """A Bloom filter of the keys written to L2, so keys never written skip the round trip.
 
 Each process keeps its own filter (rbloom).  It learns the keys that *other* processes wrote
-from the store's write log (a Redis stream, or SQLite's growing row ids) at most every
-``sync_s`` seconds, so another process's entry becomes visible after at most that long: never a
-permanent miss.  Until the first full load finishes (in a background thread) the filter answers
-"maybe" for every key.
+from the store's write log (a Redis stream, or SQLite's growing row ids): when the filter says
+"absent" and its last sync is older than ``sync_s`` (50 ms), it reads the log first.  Another
+process's entry is therefore missed for at most ``sync_s``, never for good, and under heavy miss
+traffic one log read covers many skipped round trips.  Until the first full load finishes (in a
+background thread) the filter answers "maybe" for every key.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from rbloom import Bloom
 
@@ -34,9 +36,13 @@ def _key_hash(key: str) -> int:
 class KeyFilter:
     """Keys that may be in L2; ``might_contain`` is False only for keys surely never written."""
 
-    def __init__(self, capacity: int = 1_000_000, error_rate: float = 0.01) -> None:
+    def __init__(
+        self, capacity: int = 1_000_000, error_rate: float = 0.01, sync_s: float = 0.05
+    ) -> None:
         self.capacity = capacity
         self.error_rate = error_rate
+        self.sync_s = sync_s
+        self._synced_at = 0.0
         self._bloom = Bloom(capacity, error_rate, _key_hash)
         self._cursor = ""
         self._ready = False
@@ -53,6 +59,9 @@ class KeyFilter:
     def add(self, key: str) -> None:
         self._bloom.add(key)
 
+    def sync_due(self) -> bool:
+        return time.monotonic() - self._synced_at >= self.sync_s
+
     def sync(self, store: L2Store, namespace: str) -> None:
         """Learn the keys written since the last sync; start the full load if not ready."""
         if not self._ready:
@@ -60,6 +69,7 @@ class KeyFilter:
             return
         with self._lock:
             complete = self._follow_log(store, namespace)
+            self._synced_at = time.monotonic()
         if not complete or self._bloom.approx_items > self.capacity:
             why = "full" if complete else "write log gap"
             log.info("tricache: bloom filter rebuilding (%s)", why)
@@ -74,6 +84,7 @@ class KeyFilter:
             complete = self._follow_log(store, namespace)
             if not complete:  # the log was trimmed: the full key list is the only truth
                 self._bloom.update(store.keys(namespace))
+            self._synced_at = time.monotonic()
             self._ready = True
 
     def _follow_log(self, store: L2Store, namespace: str) -> bool:

@@ -90,9 +90,13 @@ class ExactTier:
         try:
             record = self.store.get(key)  # type: ignore[union-attr]
         except Exception as exc:
-            return self._failed("read", exc)
+            self._failed("read", exc)
+            return None
         self.breaker.success()
-        return self._from_l2(key, record) if record is not None else self._miss()
+        if record is None:
+            self._miss()
+            return None
+        return self._from_l2(key, record)
 
     async def aget(self, request: CacheRequest) -> ExactHit | None:
         key = self.key(request)
@@ -103,9 +107,13 @@ class ExactTier:
         try:
             record = await self.store.aget(key)  # type: ignore[union-attr]
         except Exception as exc:
-            return self._failed("read", exc)
+            self._failed("read", exc)
+            return None
         self.breaker.success()
-        return self._from_l2(key, record) if record is not None else self._miss()
+        if record is None:
+            self._miss()
+            return None
+        return self._from_l2(key, record)
 
     def _from_l1(self, key: str) -> ExactHit | None:
         entry = self.l1.get(key)
@@ -122,7 +130,7 @@ class ExactTier:
         """True when L2 must be asked; otherwise the lookup is a miss, counted here."""
         if self.store is None:
             skipped = None
-        elif self.bloom is not None and not self.bloom.might_contain(key):
+        elif self._surely_never_written(key):
             skipped = "bloom_skips"  # a round trip saved
         elif not self.breaker.allow():
             skipped = "breaker_skips"
@@ -133,6 +141,19 @@ class ExactTier:
         self._miss()
         return False
 
+    def _surely_never_written(self, key: str) -> bool:
+        bloom = self.bloom
+        if bloom is None or bloom.might_contain(key):
+            return False
+        if bloom.sync_due():  # another process may have written it since the last sync
+            try:
+                bloom.sync(self.store, self.namespace)  # type: ignore[arg-type]
+            except Exception as exc:
+                self._failed("refresh", exc)
+                return True
+            return not bloom.might_contain(key)
+        return True
+
     def _from_l2(self, key: str, record: Any) -> ExactHit | None:
         try:
             entry = decode_entry(record.value, record.watermark)
@@ -140,13 +161,15 @@ class ExactTier:
             log.warning("tricache: corrupt value at %s deleted (%s)", key, exc)
             self.metrics.incr(TIER, "corrupt")
             self._delete(key)
-            return self._miss()
+            self._miss()
+            return None
         reason = self.versions.stale_reason(entry)
         if reason is not None:
             self.metrics.incr(TIER, f"stale_{reason}")
             self.metrics.incr(TIER, "stale")
             self._delete(key)
-            return self._miss()
+            self._miss()
+            return None
         self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
         entry.hits += 1
         self.metrics.incr(TIER, "hits_l2")
@@ -154,7 +177,6 @@ class ExactTier:
 
     def _miss(self) -> None:
         self.metrics.incr(TIER, "misses")
-        return None
 
     # write ---------------------------------------------------------------------------------
     def put(
@@ -250,8 +272,8 @@ class ExactTier:
                 self.store.subscribe(self.namespace, self._on_event)
                 self._subscribed = True
             self.versions.refresh(self.store, self.namespace)
-            if self.bloom is not None:
-                self.bloom.sync(self.store, self.namespace)
+            if self.bloom is not None and not self.bloom.ready:
+                self.bloom.sync(self.store, self.namespace)  # starts the background load
         except Exception as exc:
             self._failed("refresh", exc)
         else:
@@ -346,7 +368,6 @@ class ExactTier:
         log.warning("tricache: %s store %s failed: %s", self.store_name, what, exc)
         if what == "read":
             self._miss()
-        return None
 
     def _delete(self, key: str) -> None:
         if self.store is None or not self.breaker.allow():

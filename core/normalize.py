@@ -28,8 +28,8 @@ _SPACE_BETWEEN_CJK = re.compile(rf"(?<=[{_CJK}]) (?=[{_CJK}])")
 _TRAILING = re.compile(r"[\s.?!。？！…,，;；:：~～、]+$")
 
 _TIMESTAMP = re.compile(
-    r"(?:\b\d{4}[-/]\d{1,2}[-/]\d{1,2}[t ])?"  # optional date part
-    r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?"  # time of day, to the second
+    r"(?:\b\d{4}[-/]\d{1,2}[-/]\d{1,2}[t ]|\b)"  # optional date part
+    r"\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?"  # time of day, to the second
     r"(?:z\b|\s?[+-]\d{2}:?\d{2}\b|\s?(?:utc|gmt)\b)?"
 )
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")

@@ -67,7 +67,9 @@ def _turns(history: Iterable[object]) -> tuple[Turn, ...]:
         elif isinstance(item, Sequence) and len(item) == 2:
             turn = Turn(*item)
         else:
-            raise TypeError(f"a history turn must be Turn or (role, content), got {item!r:.80}")
+            raise TypeError(
+                f"CacheRequest.history items must be Turn or (role, content), got {item!r:.80}"
+            )
         _require_str("history role", turn.role)
         _require_str("history content", turn.content)
         turns.append(turn)
@@ -77,11 +79,12 @@ def _turns(history: Iterable[object]) -> tuple[Turn, ...]:
 def _tags(tags: Iterable[object]) -> tuple[str, ...]:
     if isinstance(tags, str | bytes):
         raise TypeError("CacheRequest.tags must be a sequence of str, not a string")
-    out = []
+    out: set[str] = set()
     for tag in tags:
-        _require_str("tags item", tag)
-        out.append(tag)  # type: ignore[arg-type]
-    return tuple(sorted(set(out)))
+        if not isinstance(tag, str) or not tag:
+            raise TypeError(f"CacheRequest.tags items must be non-empty str, got {tag!r:.80}")
+        out.add(tag)
+    return tuple(sorted(out))
 
 
 def text_bytes(text: str) -> bytes:

@@ -118,7 +118,8 @@ class Cache:
         try:
             found = self.exact.get(request)
         except Exception as exc:  # a bug in a tier must not break the app
-            return self._error("lookup", exc)
+            self._error("lookup", exc)
+            return None
         finally:
             self.metrics.observe("exact", time.perf_counter() - start)
         return self._hit(found)
@@ -129,7 +130,8 @@ class Cache:
         try:
             found = await self.exact.aget(request)
         except Exception as exc:
-            return self._error("lookup", exc)
+            self._error("lookup", exc)
+            return None
         finally:
             self.metrics.observe("exact", time.perf_counter() - start)
         return self._hit(found)
@@ -160,7 +162,8 @@ class Cache:
         except TypeError:
             raise
         except Exception as exc:
-            return bool(self._error("update", exc))
+            self._error("update", exc)
+            return False
         return stored is not None
 
     async def aupdate(
@@ -180,7 +183,8 @@ class Cache:
         except TypeError:
             raise
         except Exception as exc:
-            return bool(self._error("update", exc))
+            self._error("update", exc)
+            return False
         return stored is not None
 
     # versions and maintenance --------------------------------------------------------------
@@ -243,7 +247,6 @@ class Cache:
     def _error(self, what: str, exc: Exception) -> None:
         self.metrics.incr("cache", f"{what}_errors")
         log.exception("tricache: %s failed; answering without the cache", what, exc_info=exc)
-        return None
 
 
 def _default_store(

@@ -1,0 +1,129 @@
+"""Fixtures: real Redis on 127.0.0.1:6379, real SQLite files, private redis-servers for faults."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tricache import Cache
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing a test does lands in the user's real cache directory."""
+    monkeypatch.setenv("TRICACHE_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def redis_client(namespace: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    client.ping()  # the suite needs the real server: fail loudly, never skip
+    yield client
+    for key in client.scan_iter(match=f"tricache:{namespace}:*", count=1000):
+        client.delete(key)
+    client.close()
+
+
+CacheFactory = Callable[..., Cache]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_cache(
+    backend: str, namespace: str, tmp_path: Path, redis_client: redis.Redis
+) -> Iterator[CacheFactory]:
+    """Caches of one namespace sharing one L2 (like several app processes)."""
+    made: list[Cache] = []
+
+    def factory(**kw: object) -> Cache:
+        kw.setdefault("namespace", namespace)
+        if backend == "redis":
+            kw.setdefault("redis_url", REDIS_URL)
+        else:
+            kw.setdefault("path", tmp_path / "l2.sqlite3")
+        cache = Cache(**kw)  # type: ignore[arg-type]
+        made.append(cache)
+        return cache
+
+    yield factory
+    for cache in made:
+        cache.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port that a test may stop and restart."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (.ci/run installs it)")
+        self.binary = binary
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--enable-debug-command", "yes",
+                "--dir", str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

@@ -1,0 +1,154 @@
+"""Normalization and keys: form differences share a key, meaning differences never do."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import pytest
+from conftest import SHARED_DATA
+
+from tricache import CacheRequest, Turn, context_fingerprint, exact_key, normalize
+
+
+def key(query: str, **kw: object) -> str:
+    return exact_key(CacheRequest(query, **kw))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "forms",
+    [
+        [
+            "How do I reset my password?",
+            "how do i  reset my password",
+            "ＨＯＷ ＤＯ Ｉ ＲＥＳＥＴ ＭＹ ＰＡＳＳＷＯＲＤ？",
+            "  How do I reset my password?!  ",
+            "How do I\u200b reset my password\t?",
+        ],
+        ["怎么重置密码？", "怎么重置密码", "怎么 重置 密码。", "怎么重置密码?"],
+        ["Ｉ ｌｉｋｅ ｃａｆé", "i like cafe\u0301"],  # full-width and NFD accents
+        ["Straße öffnen", "STRASSE ÖFFNEN"],  # case folding, not just lower()
+    ],
+)
+def test_form_differences_share_a_key(forms: list[str]) -> None:
+    assert len({key(f) for f in forms}) == 1
+    assert len({normalize(f) for f in forms}) == 1
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("推荐", "不推荐"),
+        ("A比B好吗", "B比A好吗"),
+        ("order 12345", "order 12346"),
+        ("Can I cancel my order?", "Can't I cancel my order?"),
+        ("Is it safe?", "Is it not safe?"),
+        ("refund within 3 days", "refund within 30 days"),
+        ("iPhone 15 price", "iPhone 15 Pro price"),
+        ("How do I enable 2FA?", "How do I disable 2FA?"),
+        ("怎么注册账号", "怎么注销账号"),
+        ("is python faster than java", "is java faster than python"),
+        ("3.5", "35"),
+        ("-5 degrees", "5 degrees"),
+        ("?", "!"),
+        ("", " ?"),
+        ("status of job 550e8400-e29b-41d4-a716-446655440000",
+         "status of job 650e8400-e29b-41d4-a716-446655440000"),
+    ],
+)  # fmt: skip
+def test_meaning_differences_never_share_a_key(a: str, b: str) -> None:
+    assert key(a) != key(b)
+
+
+def test_timestamps_precise_to_the_second_are_volatile_in_the_question() -> None:
+    assert key("[sent 2026-11-29T10:13:31Z] where is my parcel?") == key(
+        "[sent 2026-11-30T08:00:02Z] where is my parcel?"
+    )
+    assert normalize("ping at 10:13:31.123 UTC") == "ping at <ts>"
+    # a date is meaning: the question is about another day
+    assert key("what happened on 2024-01-01?") != key("what happened on 2024-01-02?")
+
+
+def test_context_drops_volatile_fragments_but_keeps_its_text() -> None:
+    a = "You are a bot. Now: 2026-11-29 10:13:31. Session 9f86d081884c7d659a2feaa0c55ad015."
+    b = "You are a bot. Now: 2026-11-30 11:00:00. Session 1b4f0e9851971998e732078544c96b36."
+    assert context_fingerprint(a, ()) == context_fingerprint(b, ())
+    assert context_fingerprint(a, ()) != context_fingerprint("You are a pirate.", ())
+    uid = "request 123e4567-e89b-12d3-a456-426614174000"
+    assert context_fingerprint(uid, ()) == context_fingerprint(
+        "request 00000000-0000-4000-8000-000000000000", ()
+    )
+
+
+def test_every_part_of_the_request_changes_the_key() -> None:
+    base = CacheRequest("what is the refund policy?")
+    variants = [
+        CacheRequest("what is the refund policy?", tenant="acme"),
+        CacheRequest("what is the refund policy?", llm_key="gpt-x|t=0.7"),
+        CacheRequest("what is the refund policy?", system="Answer in French."),
+        CacheRequest("what is the refund policy?", history=(("user", "I bought a TV"),)),
+        CacheRequest("what is the refund policy?", namespace="other"),
+    ]
+    keys = {exact_key(base), exact_key(base, cache_version="2"), *map(exact_key, variants)}
+    assert len(keys) == 7
+
+
+def test_only_the_last_turns_are_fingerprinted() -> None:
+    recent = (Turn("user", "a"), Turn("assistant", "b"), Turn("user", "c"))
+    with_old = (Turn("user", "something long ago"), *recent)
+    assert key("and then?", history=recent) == key("and then?", history=with_old)
+    assert exact_key(CacheRequest("x", history=recent), history_turns=4) != exact_key(
+        CacheRequest("x", history=with_old), history_turns=4
+    )
+    # a follow-up never shares a key with the same words asked first
+    assert key("and then?", history=recent) != key("and then?")
+
+
+def test_keys_carry_a_readable_prefix_and_never_the_prompt() -> None:
+    k = key("my secret question about taxes", namespace="shop", tenant="t1")
+    prefix, digest = k.rsplit(":", 1)
+    assert prefix == "tricache:shop:x"
+    assert len(digest) == 40 and int(digest, 16) >= 0
+    assert "secret" not in k and "t1" not in k
+
+
+def _labelled_pairs(*files: str) -> list[tuple[str, str, str]]:
+    rows = []
+    for name in files:
+        path = SHARED_DATA / name
+        if not path.exists():
+            pytest.skip(f"shared data not found: {path}")
+        with path.open(encoding="utf-8") as f:
+            for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+                rows.append((row["text1"], row["text2"], row["label"]))
+    return rows
+
+
+def test_no_labelled_different_pair_shares_a_key() -> None:
+    """On public paraphrase sets (English and Chinese), label-0 pairs — different meaning,
+    often differing only by word order, a negation or a number — never share a key."""
+    pairs = _labelled_pairs(
+        "lcqmc/lcqmc_test_5k.tsv",
+        "pawsx_en/pawsx_en_dev.tsv",
+        "pawsx_zh/pawsx_zh_test.tsv",
+        "qqp/qqp_quora_5k.tsv",
+        "semantoneg/semantoneg_5k.tsv",
+        "afqmc/afqmc_dev.tsv",
+        "bq_corpus/bq_dev_5k.tsv",
+    )
+    # a few rows hold the very same text twice with label 0 (dataset artifacts): no key can
+    # tell those apart, so they are left out
+    different = [(a, b) for a, b, label in pairs if label == "0" and a != b]
+    assert len(different) > 10_000
+    collisions = [(a, b) for a, b in different if normalize(a) == normalize(b)]
+    assert collisions == []
+    # ...while pairs labelled same-meaning that differ only in form do share one
+    same = [(a, b) for a, b, label in pairs if label == "1"]
+    assert sum(normalize(a) == normalize(b) for a, b in same) > sum(a == b for a, b in same)
+
+
+def test_normalize_is_idempotent_on_real_questions() -> None:
+    pairs = _labelled_pairs("lcqmc/lcqmc_test_5k.tsv", "qqp/qqp_quora_5k.tsv")
+    for text in itertools.islice((t for a, b, _ in pairs for t in (a, b)), 4000):
+        once = normalize(text)
+        assert normalize(once) == once

@@ -1,0 +1,174 @@
+"""The small pieces: request validation, entry codec, TTL-LRU, circuit breaker, TTL policy."""
+
+from __future__ import annotations
+
+import threading
+
+import msgpack
+import pytest
+
+from tricache import CacheEntry, CacheRequest, CircuitBreaker, CorruptEntry, TtlPolicy, exact_key
+from tricache.entry import SCHEMA_VERSION, decode_entry, encode_entry
+from tricache.stores.memory import TTLLRU
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# request -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"query": None},
+        {"query": b"bytes"},
+        {"query": 42},
+        {"query": "q", "system": None},
+        {"query": "q", "tenant": 7},
+        {"query": "q", "history": "not turns"},
+        {"query": "q", "history": [("user",)]},
+        {"query": "q", "history": [("user", None)]},
+        {"query": "q", "tags": "a-string"},
+        {"query": "q", "tags": [1]},
+        {"query": "q", "category": 3},
+    ],
+)
+def test_wrong_types_are_a_clear_type_error(kwargs: dict[str, object]) -> None:
+    with pytest.raises(TypeError, match="CacheRequest"):
+        CacheRequest(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("namespace", ["", "has space", "a:b", "x" * 65, None])
+def test_bad_namespace_is_a_value_error(namespace: object) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        CacheRequest("q", namespace=namespace)  # type: ignore[arg-type]
+
+
+def test_odd_unicode_gives_distinct_keys_without_raising() -> None:
+    odd = ["\ud800", "\udfff", "a\ud800b", "a\udbffb", "\x07bell", "\U0010ffff", ""]
+    keys = {exact_key(CacheRequest(q)) for q in odd}
+    assert len(keys) == len(odd)
+    # control characters are form, not meaning
+    assert exact_key(CacheRequest("a\x00b\x1b")) == exact_key(CacheRequest("a b"))
+
+
+def test_tags_are_sorted_and_deduplicated() -> None:
+    assert CacheRequest("q", tags=["b", "a", "b"]).tags == ("a", "b")
+
+
+# entry codec --------------------------------------------------------------------------------
+def test_entry_round_trips_plain_data() -> None:
+    payload = {"generations": [{"text": "hi", "info": None}], "raw": b"\x00\xff", "n": 1.5}
+    entry = CacheEntry("hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4)
+    back = decode_entry(encode_entry(entry), 123.5)
+    assert back == CacheEntry("hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4, 123.5)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",
+        b"random bytes that are not msgpack \xff\xfe",
+        msgpack.packb([SCHEMA_VERSION + 1, "t", None, None, 0, {}, False, 0]),
+        msgpack.packb([SCHEMA_VERSION, 5, None, None, 0, {}, False, 0]),
+        msgpack.packb([SCHEMA_VERSION, "t", None, None, 0, {"tag": "x"}, False, 0]),
+        msgpack.packb({"not": "a list"}),
+        encode_entry(CacheEntry("truncated " * 10))[:-3],
+    ],
+)
+def test_malformed_values_raise_corrupt_entry(data: bytes) -> None:
+    with pytest.raises(CorruptEntry):
+        decode_entry(data, 0.0)
+
+
+def test_objects_are_not_plain_data() -> None:
+    with pytest.raises(TypeError):
+        encode_entry(CacheEntry("t", payload=object()))
+
+
+# TTL-LRU ------------------------------------------------------------------------------------
+def test_ttllru_expires_items() -> None:
+    clock = Clock()
+    lru: TTLLRU[str] = TTLLRU(clock=clock)
+    lru.set("a", "A", ttl=10)
+    clock.now += 9.9
+    assert lru.get("a") == "A"
+    clock.now += 0.2
+    assert lru.get("a") is None and len(lru) == 0
+
+
+def test_ttllru_evicts_least_recently_used_by_count_and_bytes() -> None:
+    lru: TTLLRU[int] = TTLLRU(max_items=3, max_bytes=100)
+    for i, k in enumerate("abc"):
+        lru.set(k, i, ttl=60, size=10)
+    lru.get("a")  # a is now the most recent
+    lru.set("d", 3, ttl=60, size=10)
+    assert lru.get("b") is None and lru.get("a") == 0
+    lru.set("big", 4, ttl=60, size=85)  # needs 85 of 100 bytes: evicts until it fits
+    assert lru.bytes <= 100 and lru.get("big") == 4 and len(lru) == 2
+    lru.set("huge", 5, ttl=60, size=101)  # larger than the whole cache: not kept
+    assert lru.get("huge") is None
+
+
+def test_ttllru_is_consistent_under_threads() -> None:
+    lru: TTLLRU[int] = TTLLRU(max_items=50, max_bytes=10_000)
+
+    def work(offset: int) -> None:
+        for i in range(2000):
+            lru.set(f"k{(i + offset) % 120}", i, ttl=60, size=7)
+            lru.get(f"k{(i * 7) % 120}")
+            if i % 50 == 0:
+                lru.remove_if(lambda v: v % 3 == 0)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(lru) <= 50
+    assert lru.bytes == 7 * len(lru)
+
+
+# breaker ------------------------------------------------------------------------------------
+def test_breaker_opens_backs_off_and_closes() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failures=3, backoff=1.0, max_backoff=4.0, clock=clock)
+    for _ in range(2):
+        breaker.failure()
+    assert breaker.allow()
+    breaker.failure()
+    assert not breaker.allow() and breaker.opened == 1
+    clock.now += 1.01
+    assert breaker.allow()  # one trial call
+    breaker.failure()  # the trial failed: open again, for twice as long
+    assert not breaker.allow()
+    clock.now += 1.5
+    assert not breaker.allow()
+    clock.now += 0.6
+    assert breaker.allow()
+    breaker.success()
+    breaker.failure()
+    assert breaker.allow()  # the count restarted after the success
+
+
+# TTL policy ---------------------------------------------------------------------------------
+def test_ttl_jitter_stays_within_twenty_percent_and_spreads() -> None:
+    policy = TtlPolicy(default=100, jitter=0.2)
+    ttls = [policy.ttl(None) for _ in range(2000)]
+    assert all(100 <= t <= 120 for t in ttls)
+    assert max(ttls) - min(ttls) > 15  # they really spread
+
+
+def test_ttl_per_category_and_negative() -> None:
+    policy = TtlPolicy(default=3600, categories={"chitchat": 600, "realtime": 60}, jitter=0)
+    assert policy.ttl("chitchat") == 600
+    assert policy.ttl("realtime") == 60
+    assert policy.ttl("unknown-category") == 3600
+    assert policy.ttl("chitchat", negative=True) == policy.negative
+    with pytest.raises(ValueError):
+        TtlPolicy(jitter=2)
