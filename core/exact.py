@@ -49,7 +49,7 @@ class ExactTier:
         l1_max_bytes: int = 64 * 2**20,
         bloom: bool = True,
         bloom_capacity: int = 1_000_000,
-        refresh_s: float = 1.0,
+        refresh_s: float = 0.5,
         cache_version: str = "1",
         history_turns: int = 3,
         max_value_bytes: int = 4 * 2**20,
@@ -163,7 +163,7 @@ class ExactTier:
             self._delete(key)
             self._miss()
             return None
-        reason = self.versions.stale_reason(entry)
+        reason = self._stale_reason(entry)
         if reason is not None:
             self.metrics.incr(TIER, f"stale_{reason}")
             self.metrics.incr(TIER, "stale")
@@ -174,6 +174,16 @@ class ExactTier:
         entry.hits += 1
         self.metrics.incr(TIER, "hits_l2")
         return ExactHit(entry, key, "l2")
+
+    def _stale_reason(self, entry: CacheEntry) -> str | None:
+        """Like ``VersionView.stale_reason``, first learning the versions of tags this process
+        has not tracked yet; an entry whose tag versions cannot be learned is not served."""
+        tags = tuple(entry.tag_versions)
+        if tags and not self.versions.knows(tags):
+            self._refresh_tags(tags)
+            if not self.versions.knows(tags):
+                return "unknown_tag"
+        return self.versions.stale_reason(entry)
 
     def _miss(self) -> None:
         self.metrics.incr(TIER, "misses")
@@ -286,6 +296,8 @@ class ExactTier:
             self.versions.refresh(self.store, self.namespace, tags)
         except Exception as exc:
             self._failed("refresh", exc)
+        else:
+            self.breaker.success()
 
     def invalidate(self, tag: str) -> int:
         """Make every entry written under ``tag`` unreachable, in every process."""
@@ -346,7 +358,7 @@ class ExactTier:
                 counts["corrupt"] += 1
                 doomed.append(key)
                 continue
-            if self.versions.stale_reason(entry) is not None:
+            if self._stale_reason(entry) is not None:
                 counts["stale"] += 1
                 doomed.append(key)
         self.store.delete(doomed)

@@ -6,6 +6,7 @@ Today the stack holds the exact tier; the semantic tier and the FAQ fallback slo
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -64,11 +65,11 @@ class Cache:
         history_turns: int = 3,
         l1_max_items: int = 10_000,
         l1_max_bytes: int = 64 * 2**20,
-        refresh_s: float = 1.0,
+        refresh_s: float = 0.5,
         metrics: Metrics | None = None,
     ) -> None:
         if store is None and l2:
-            store = _default_store(redis_url, path, cluster=cluster, timeout=timeout)
+            store = _open_store(redis_url, path, cluster=cluster, timeout=timeout)
         self.namespace = namespace
         self.tenant = tenant
         self.metrics = metrics or Metrics()
@@ -249,13 +250,19 @@ class Cache:
         log.exception("tricache: %s failed; answering without the cache", what, exc_info=exc)
 
 
-def _default_store(
+def _open_store(
     redis_url: str | None, path: str | Path | None, *, cluster: bool, timeout: float
-) -> L2Store:
+) -> L2Store | None:
+    """The configured L2 store, or ``None`` (L1 only) when it cannot be opened."""
     if redis_url:
         from .stores.redis import RedisStore  # redis is an optional dependency
 
         return RedisStore(redis_url, timeout=timeout, cluster=cluster)
     from .stores.sqlite import SQLiteStore
 
-    return SQLiteStore(Path(path) if path else data_dir() / "exact.sqlite3")
+    file = Path(path) if path else data_dir() / "exact.sqlite3"
+    try:
+        return SQLiteStore(file)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("tricache: L2 store unavailable (%s: %s); running on L1 only", file, exc)
+        return None

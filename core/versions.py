@@ -49,7 +49,7 @@ class VersionView:
         the minimum watermark is set as given (an operator may lower it)."""
         with self._lock:
             tracked = name in self._values or len(self._values) < _MAX_TRACKED_TAGS
-            if name == MIN_WATERMARK or (tracked and value > self._values.get(name, 0)):
+            if name == MIN_WATERMARK or (tracked and value >= self._values.get(name, 0)):
                 self._values[name] = value
 
     def refresh(self, store: L2Store, namespace: str, tags: tuple[str, ...] = ()) -> None:

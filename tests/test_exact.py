@@ -69,6 +69,18 @@ def test_tag_invalidation_hits_only_tagged_entries(make_cache: CacheFactory) -> 
     assert cache.lookup(tagged).text == "new price"  # type: ignore[union-attr]
 
 
+def test_a_process_that_never_saw_a_tag_still_honours_its_invalidation(
+    make_cache: CacheFactory,
+) -> None:
+    writer = make_cache()
+    req = writer.request("what does the handbook say?", tags=["handbook"])
+    writer.update(req, "page 12")
+    writer.invalidate("handbook")
+    newcomer = make_cache(bloom=False)  # started after the invalidation; never tracked the tag
+    assert newcomer.lookup(req) is None
+    assert newcomer.stats()["exact"]["stale_tag"] == 1
+
+
 def test_min_watermark_drops_older_entries(make_cache: CacheFactory) -> None:
     cache = make_cache()
     old = cache.request("old question")

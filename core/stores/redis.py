@@ -70,7 +70,8 @@ class RedisStore:
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
-        self._subscriber: Any = None
+        self._listener: threading.Thread | None = None
+        self._stopped = threading.Event()
         self._sub_lock = threading.Lock()
 
     def _client(self, module: Any, **options: Any) -> Any:
@@ -170,27 +171,38 @@ class RedisStore:
         self._sync.publish(f"tricache:{namespace}:events", message)
 
     def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None:
-        """Call ``callback`` from a daemon thread for each event; reconnects by itself."""
+        """Call ``callback`` with each event, from a daemon thread that connects (and
+        reconnects) by itself, so no caller ever waits on the channel."""
         with self._sub_lock:
-            if self._subscriber is not None:
+            if self._listener is not None:
                 return
-            client = self._client(redis, socket_timeout=5, socket_connect_timeout=1)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(**{f"tricache:{namespace}:events": lambda m: callback(m["data"])})
-            self._subscriber = pubsub.run_in_thread(
-                sleep_time=1.0, daemon=True, exception_handler=_keep_listening
+            self._listener = threading.Thread(
+                target=self._listen,
+                args=(f"tricache:{namespace}:events", callback),
+                name="tricache-events",
+                daemon=True,
             )
+            self._listener.start()
+
+    def _listen(self, channel: str, callback: Callable[[bytes], None]) -> None:
+        while not self._stopped.is_set():
+            client = self._client(redis, socket_timeout=5, socket_connect_timeout=1)
+            try:
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(channel)
+                while not self._stopped.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        callback(message["data"])
+            except Exception as exc:  # events missed meanwhile are caught up by polling
+                log.debug("tricache: event channel error (%s); reconnecting", exc)
+                self._stopped.wait(1.0)
+            finally:
+                client.close()
 
     def close(self) -> None:
-        if self._subscriber is not None:
-            self._subscriber.stop()
-            self._subscriber = None
+        self._stopped.set()
         self._sync.close()
-
-
-def _keep_listening(exc: BaseException, pubsub: Any, thread: Any) -> None:
-    log.debug("tricache: invalidation channel error (%s); retrying", exc)
-    threading.Event().wait(1.0)
 
 
 def _record(value: bytes | None) -> Record | None:

@@ -1,0 +1,114 @@
+"""Fail-open: a store that is down, slow, locked or unreadable never breaks the caller."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import redis
+from conftest import RedisServer, free_port
+
+from tricache import Cache
+
+
+def _lookups(stats: dict[str, int]) -> int:
+    return stats.get("hits_l1", 0) + stats.get("hits_l2", 0) + stats.get("misses", 0)
+
+
+def test_redis_killed_and_restarted_mid_workload(private_redis: RedisServer) -> None:
+    cache = Cache(redis_url=private_redis.url, namespace="outage", l1_max_items=1)
+    questions = [f"question {i % 15}" for i in range(240)]
+    llm_calls = hits_after_restart = 0
+    for i, q in enumerate(questions):
+        if i == 60:
+            private_redis.stop()
+        if i == 150:
+            private_redis.start()  # empty: it keeps nothing on disk
+            time.sleep(cache.exact.breaker.max_backoff / 10)
+        req = cache.request(q)
+        hit = cache.lookup(req)  # never raises
+        if hit is None:
+            llm_calls += 1
+            cache.update(req, f"answer {q}")  # never raises
+        elif i >= 150:
+            hits_after_restart += 1
+            assert hit.text == f"answer {q}"
+        if 60 <= i < 150:
+            time.sleep(0.01)
+    stats = cache.stats()["exact"]
+    assert _lookups(stats) == len(questions)
+    assert stats["read_errors"] >= 1 and stats["dropped_writes"] >= 1
+    assert stats["breaker_skips"] >= 1  # the breaker stopped calling the dead server
+    assert cache.exact.breaker.opened >= 1
+    assert hits_after_restart > 0  # the cache works again once Redis is back
+    assert not cache.exact.breaker.is_open
+    cache.close()
+
+
+def test_redis_down_from_the_start_still_serves_l1() -> None:
+    cache = Cache(redis_url=f"redis://127.0.0.1:{free_port()}/0", namespace="down")
+    req = cache.request("hello")
+    assert cache.lookup(req) is None
+    assert cache.update(req, "hi") is True  # kept in L1, the L2 write dropped and counted
+    assert cache.lookup(req).text == "hi"  # type: ignore[union-attr]
+    stats = cache.stats()["exact"]
+    assert stats["dropped_writes"] == 1
+
+
+def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(
+    private_redis: RedisServer,
+) -> None:
+    cache = Cache(redis_url=private_redis.url, namespace="slow", timeout=0.05, bloom=False)
+    req = cache.request("slow question")
+    cache.update(req, "answer")
+    cache.exact.l1.clear()
+    admin = redis.Redis.from_url(private_redis.url)
+    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "2"))
+    sleeper.start()
+    time.sleep(0.2)  # the server is now blocked
+    started = time.monotonic()
+    assert cache.lookup(req) is None
+    elapsed = time.monotonic() - started
+    sleeper.join()
+    assert elapsed < 1.0  # bounded by the 50 ms socket timeout, far below the 2 s stall
+    assert cache.stats()["exact"]["read_errors"] == 1
+    cache.close()
+
+
+def test_locked_sqlite_drops_writes_and_keeps_reading(tmp_path: Path) -> None:
+    """Another connection holds the write lock: WAL readers still read; writes give up after
+    the store's short busy timeout and are counted as dropped."""
+    path = tmp_path / "locked.sqlite3"
+    cache = Cache(path=path, namespace="locked", bloom=False)
+    req = cache.request("q")
+    cache.update(req, "a")
+    cache.exact.l1.clear()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        assert cache.lookup(req).text == "a"  # type: ignore[union-attr]
+        other = cache.request("another")
+        assert cache.update(other, "b") is True  # kept in L1
+        assert cache.stats()["exact"]["dropped_writes"] == 1
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    fresh = Cache(path=path, namespace="locked", bloom=False)
+    assert fresh.lookup(fresh.request("another")) is None  # the dropped write is really gone
+    fresh.update(fresh.request("another"), "b")
+    assert fresh.lookup(fresh.request("another")).text == "b"  # type: ignore[union-attr]
+    cache.close()
+    fresh.close()
+
+
+def test_unreadable_sqlite_file_disables_l2_with_a_clear_log(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "garbage.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    cache = Cache(path=path, namespace="garbage")
+    assert "L2 store unavailable" in caplog.text
+    req = cache.request("q")
+    cache.update(req, "a")
+    assert cache.lookup(req).text == "a"  # type: ignore[union-attr]
+    assert cache.stats()["store"]["l2"] == "none"
