@@ -7,11 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import REDIS_URL
 from typer.testing import CliRunner
 
 from tricache import Cache
 from tricache.cli import app
+
+from conftest import REDIS_URL
 
 runner = CliRunner()
 

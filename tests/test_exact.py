@@ -9,10 +9,11 @@ import time
 import msgpack
 import pytest
 import redis
-from conftest import CacheFactory
 
 from tricache import Cache, TtlPolicy
 from tricache.entry import SCHEMA_VERSION, CacheEntry, encode_entry
+
+from conftest import CacheFactory
 
 
 def test_miss_then_hit_from_l1_then_from_l2_in_another_instance(make_cache: CacheFactory) -> None:

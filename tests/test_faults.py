@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 import redis
-from conftest import RedisServer, free_port
 
 from tricache import Cache
+
+from conftest import RedisServer, free_port
 
 
 def _lookups(stats: dict[str, int]) -> int:

@@ -6,9 +6,10 @@ import csv
 import itertools
 
 import pytest
-from conftest import SHARED_DATA
 
 from tricache import CacheRequest, Turn, context_fingerprint, exact_key, normalize
+
+from conftest import SHARED_DATA
 
 
 def key(query: str, **kw: object) -> str:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import REDIS_URL
-from procs import hold_until_invalidated, write_entries
 
 from tricache import Cache
+
+from conftest import REDIS_URL
+from procs import hold_until_invalidated, write_entries
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -49,7 +50,10 @@ def test_bloom_filter_learns_keys_written_by_another_process(options: dict[str, 
 
         time.sleep(parent.exact.bloom.sync_s)  # type: ignore[union-attr]
         hits = [parent.lookup(parent.request(q)) for q in questions]
-        assert all(h is not None and h.text == f"answer to {q}" for h, q in zip(hits, questions))
+        assert all(
+            h is not None and h.text == f"answer to {q}"
+            for h, q in zip(hits, questions, strict=True)
+        )
         assert {h.level for h in hits if h} == {"l2"}
 
 
