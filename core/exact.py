@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 TIER = "exact"
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class ExactHit:
     entry: CacheEntry
     key: str

@@ -21,11 +21,10 @@ __all__ = ["normalize", "replace_timestamps", "replace_volatile"]
 # Zero-width and other invisible characters that never carry meaning in a prompt.
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_SPACE = re.compile(r"\s+")
 _CJK = r"\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _SPACE_BETWEEN_CJK = re.compile(rf"(?<=[{_CJK}]) (?=[{_CJK}])")
 # Sentence-final punctuation, ASCII and CJK (NFKC has already folded the full-width forms).
-_TRAILING = re.compile(r"[\s.?!。？！…,，;；:：~～、]+$")
+_TRAILING = " .?!。？！…,，;；:：~～、"
 
 _TIMESTAMP = re.compile(
     r"(?:\b\d{4}[-/]\d{1,2}[-/]\d{1,2}[t ]|\b)"  # optional date part
@@ -39,7 +38,7 @@ _HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b")
 
 def replace_timestamps(text: str) -> str:
     """Replace timestamps precise to the second (``2026-11-29T10:13:31Z``) with ``<ts>``."""
-    return _TIMESTAMP.sub("<ts>", text)
+    return _TIMESTAMP.sub("<ts>", text) if ":" in text else text
 
 
 def replace_volatile(text: str) -> str:
@@ -55,11 +54,17 @@ def normalize(text: str, *, volatile: bool = False) -> str:
     ``volatile=True`` also replaces UUIDs and long hex ids (use it for context, or for apps
     that inject request ids into the user's turn).
     """
-    folded = unicodedata.normalize("NFKC", text).translate(_INVISIBLE)
-    folded = _CONTROL.sub(" ", folded).casefold()
-    folded = _SPACE.sub(" ", folded).strip()
-    folded = _SPACE_BETWEEN_CJK.sub("", folded)
+    # Every step is skipped when a cheap test shows it has nothing to do: this runs per lookup.
+    folded = unicodedata.normalize("NFKC", text)
+    ascii_only = folded.isascii()
+    if not ascii_only:
+        folded = folded.translate(_INVISIBLE)
+    if not folded.isprintable():
+        folded = _CONTROL.sub(" ", folded)
+    folded = " ".join(folded.casefold().split())
+    if not ascii_only:
+        folded = _SPACE_BETWEEN_CJK.sub("", folded)
     folded = replace_volatile(folded) if volatile else replace_timestamps(folded)
-    stripped = _TRAILING.sub("", folded)
+    stripped = folded.rstrip(_TRAILING)
     # "?" and "!" alone are different prompts: keep the punctuation when nothing else is left.
     return stripped or folded

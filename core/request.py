@@ -10,7 +10,14 @@ from hashlib import blake2b
 
 from .normalize import normalize
 
-__all__ = ["CacheRequest", "Turn", "context_fingerprint", "exact_key", "text_bytes"]
+__all__ = [
+    "CacheRequest",
+    "Turn",
+    "context_fingerprint",
+    "exact_key",
+    "normalize_query",
+    "text_bytes",
+]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
@@ -40,16 +47,24 @@ class CacheRequest:
     tags: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        for name in ("query", "system", "tenant", "llm_key"):
-            _require_str(name, getattr(self, name))
+        if not (
+            type(self.query) is str
+            and type(self.system) is str
+            and type(self.tenant) is str
+            and type(self.llm_key) is str
+        ):  # one fast test for the common case; the slow path names the culprit
+            for name in ("query", "system", "tenant", "llm_key"):
+                _require_str(name, getattr(self, name))
         if not isinstance(self.namespace, str) or not _NAME.match(self.namespace):
             raise ValueError(
                 f"namespace must be 1-64 characters of [A-Za-z0-9_.-], got {self.namespace!r}"
             )
         if self.category is not None:
             _require_str("category", self.category)
-        object.__setattr__(self, "history", _turns(self.history))
-        object.__setattr__(self, "tags", _tags(self.tags))
+        if self.history != ():
+            object.__setattr__(self, "history", _turns(self.history))
+        if self.tags != ():
+            object.__setattr__(self, "tags", _tags(self.tags))
 
 
 def _require_str(name: str, value: object) -> None:
@@ -107,18 +122,31 @@ def context_fingerprint(system: str, history: tuple[Turn, ...], turns: int = 3) 
     return h.hexdigest()
 
 
+_MEMO_MAX_CHARS = 1024
+
+
+@lru_cache(maxsize=8192)
+def _normalize_short(query: str) -> str:
+    return normalize(query)
+
+
+def normalize_query(query: str) -> str:
+    """``normalize`` with a memo for short queries (repeats are what a cache sees most);
+    long prompts are normalized each time so the memo stays small."""
+    return _normalize_short(query) if len(query) <= _MEMO_MAX_CHARS else normalize(query)
+
+
 def exact_key(request: CacheRequest, *, cache_version: str = "1", history_turns: int = 3) -> str:
     """The exact-tier key: a readable prefix and a blake2b digest, never the prompt text."""
-    h = blake2b(digest_size=20)
-    for part in (
+    parts = (
         cache_version,
         request.namespace,
         request.tenant,
         request.llm_key,
         context_fingerprint(request.system, request.history, history_turns),
-        normalize(request.query),
-    ):
-        data = text_bytes(part)
-        h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no ambiguity between parts
-        h.update(data)
-    return f"tricache:{request.namespace}:x:{h.hexdigest()}"
+        normalize_query(request.query),
+    )
+    # length-prefixed parts: no two different requests produce the same material
+    material = "".join([f"{len(p)}:{p}" for p in parts])
+    digest = blake2b(text_bytes(material), digest_size=20).hexdigest()
+    return f"tricache:{request.namespace}:x:{digest}"

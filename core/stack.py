@@ -26,7 +26,7 @@ __all__ = ["Cache", "Hit"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hit:
     """A cached answer and where it came from."""
 
