@@ -65,14 +65,25 @@ class RedisStore:
             retry=Retry(NoBackoff(), 0),
         )
         self._log_length = write_log_length
-        self._sync = self._client(redis, **self._options)
-        self._set_script = self._sync.register_script(_SET_STAMPED)
+        self._sync_client: Any = None
+        self._lock = threading.Lock()
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
         self._listener: threading.Thread | None = None
         self._stopped = threading.Event()
-        self._sub_lock = threading.Lock()
+
+    @property
+    def _sync(self) -> Any:
+        """The sync client, made on first use: a cluster client connects as it is made, and
+        a store that is down must cost a miss, not fail the constructor."""
+        if self._sync_client is None:
+            with self._lock:
+                if self._sync_client is None:
+                    client = self._client(redis, **self._options)
+                    client.tricache_set = client.register_script(_SET_STAMPED)
+                    self._sync_client = client
+        return self._sync_client
 
     def _client(self, module: Any, **options: Any) -> Any:
         if self.cluster:
@@ -93,12 +104,13 @@ class RedisStore:
     def get(self, key: str) -> Record | None:
         return _record(self._sync.get(key))
 
+    # A write follows an LLM call (seconds): two round trips cost nothing there, and Redis
+    # Cluster refuses a script inside a pipeline.
     def set(self, key: str, value: bytes, ttl: float) -> float:
-        pipe = self._sync.pipeline(transaction=False)
-        self._set_script(keys=[key], args=[value, max(1, int(ttl * 1000))], client=pipe)
-        pipe.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
-        wm, _ = pipe.execute()
-        return int(wm) / 1e6
+        client = self._sync
+        watermark = client.tricache_set(keys=[key], args=[value, max(1, int(ttl * 1000))])
+        client.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
+        return int(watermark) / 1e6
 
     def delete(self, keys: Sequence[str]) -> None:
         for key in keys:  # one key a command: cluster-safe
@@ -109,11 +121,9 @@ class RedisStore:
 
     async def aset(self, key: str, value: bytes, ttl: float) -> float:
         client = self._aclient()
-        pipe = client.pipeline(transaction=False)
-        await client.tricache_set(keys=[key], args=[value, max(1, int(ttl * 1000))], client=pipe)
-        pipe.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
-        wm, _ = await pipe.execute()
-        return int(wm) / 1e6
+        watermark = await client.tricache_set(keys=[key], args=[value, max(1, int(ttl * 1000))])
+        await client.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
+        return int(watermark) / 1e6
 
     async def adelete(self, keys: Sequence[str]) -> None:
         client = self._aclient()
@@ -173,7 +183,7 @@ class RedisStore:
     def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None:
         """Call ``callback`` with each event, from a daemon thread that connects (and
         reconnects) by itself, so no caller ever waits on the channel."""
-        with self._sub_lock:
+        with self._lock:
             if self._listener is not None:
                 return
             self._listener = threading.Thread(
@@ -186,8 +196,9 @@ class RedisStore:
 
     def _listen(self, channel: str, callback: Callable[[bytes], None]) -> None:
         while not self._stopped.is_set():
-            client = self._client(redis, socket_timeout=5, socket_connect_timeout=1)
+            client = None
             try:
+                client = self._client(redis, socket_timeout=5, socket_connect_timeout=1)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(channel)
                 while not self._stopped.is_set():
@@ -198,11 +209,13 @@ class RedisStore:
                 log.debug("tricache: event channel error (%s); reconnecting", exc)
                 self._stopped.wait(1.0)
             finally:
-                client.close()
+                if client is not None:
+                    client.close()
 
     def close(self) -> None:
         self._stopped.set()
-        self._sync.close()
+        if self._sync_client is not None:
+            self._sync_client.close()
 
 
 def _record(value: bytes | None) -> Record | None:

@@ -1,0 +1,132 @@
+"""The exact tier on a real three-master Redis Cluster on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tricache import Cache
+
+from conftest import free_port
+
+
+def cluster_ports(n: int) -> list[int]:
+    """Ports whose cluster-bus port (+10000) is free too."""
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(20000, 30000)
+        if port not in ports and all(_is_free(p) for p in (port, port + 10000)):
+            ports.append(port)
+    return ports
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    assert server and cli, "redis-server and redis-cli are needed (.ci/run installs them)"
+    ports = cluster_ports(3)
+    procs = []
+    for port in ports:
+        directory: Path = tmp_path_factory.mktemp(f"node{port}")
+        procs.append(
+            subprocess.Popen(
+                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+                 "--dir", str(directory)],
+                stdout=subprocess.DEVNULL,
+            )
+        )  # fmt: skip
+    try:
+        for port in ports:
+            client = redis.Redis(port=port)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+        nodes = [f"127.0.0.1:{p}" for p in ports]
+        subprocess.run(
+            [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 20
+        while redis.Redis(port=ports[0]).cluster("info")["cluster_state"] != "ok":
+            assert time.monotonic() < deadline, "cluster never became ok"
+            time.sleep(0.1)
+        yield f"redis://127.0.0.1:{ports[0]}/0"
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_exact_tier_on_redis_cluster(cluster_url: str) -> None:
+    a = Cache(redis_url=cluster_url, cluster=True, namespace="clu")
+    b = Cache(redis_url=cluster_url, cluster=True, namespace="clu", bloom=False)
+    reqs = [a.request(f"question {i}", tags=["docs"]) for i in range(30)]
+    for r in reqs:
+        assert a.update(r, f"answer {r.query}")
+    # entries spread over the masters' slots, and another client reads every one
+    hits = [b.lookup(r) for r in reqs]
+    assert all(h is not None and h.level == "l2" for h in hits)
+    masters = {
+        redis.Redis.from_url(cluster_url).cluster("keyslot", a.exact.key(r)) // 5462 for r in reqs
+    }
+    assert len(masters) == 3
+
+    a.invalidate("docs")
+    deadline = time.monotonic() + 1
+    while any(b.lookup(r) is not None for r in reqs):
+        assert time.monotonic() < deadline, "invalidation did not reach the other client"
+        time.sleep(0.02)
+
+    async def roundtrip() -> str | None:
+        req = a.request("async question")
+        await a.aupdate(req, "async answer")
+        hit = await b.alookup(req)
+        return hit.text if hit else None
+
+    assert asyncio.run(roundtrip()) == "async answer"
+    # b deleted the 30 stale entries as it met them; evict finds the rest
+    assert len(list(a.exact.store.keys("clu"))) == 1  # type: ignore[union-attr]
+    for i in range(5):
+        a.update(a.request(f"old {i}", tags=["old"]), "x")
+    a.invalidate("old")
+    assert a.evict() == {"scanned": 6, "stale": 5, "corrupt": 0}
+    a.clear()
+    assert list(a.exact.store.keys("clu")) == []  # type: ignore[union-attr]
+    a.close()
+    b.close()
+
+
+def test_unreachable_cluster_is_a_miss_not_an_error() -> None:
+    cache = Cache(redis_url=f"redis://127.0.0.1:{free_port()}/0", cluster=True, namespace="x")
+    req = cache.request("q")
+    assert cache.lookup(req) is None
+    assert cache.update(req, "a") is True  # kept in L1
+    assert cache.lookup(req).level == "l1"  # type: ignore[union-attr]
+    assert cache.stats()["exact"]["dropped_writes"] == 1
