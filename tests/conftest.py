@@ -76,6 +76,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_redis(port: int, timeout: float = 10) -> None:
+    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class RedisServer:
     """A private redis-server on a free loopback port that a test may stop and restart."""
 
@@ -103,16 +116,7 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_for_redis(self.port)
 
     def stop(self) -> None:
         if self.process is not None:

@@ -16,7 +16,7 @@ import redis
 
 from tricache import Cache
 
-from conftest import free_port
+from conftest import free_port, wait_for_redis
 
 
 def cluster_ports(n: int) -> list[int]:
@@ -57,15 +57,7 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )  # fmt: skip
     try:
         for port in ports:
-            client = redis.Redis(port=port)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+            wait_for_redis(port)
         nodes = [f"127.0.0.1:{p}" for p in ports]
         subprocess.run(
             [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
