@@ -115,6 +115,42 @@ class ExactTier:
             return None
         return self._from_l2(key, record)
 
+    def fetch(self, key: str) -> CacheEntry | None:
+        """The current entry stored under ``key`` (L1, then L2), or ``None``; for tiers that
+        hold references to exact entries.  Not counted as an exact-tier lookup."""
+        entry = self.l1.get(key)
+        if entry is not None and self.versions.stale_reason(entry) is None:
+            return entry
+        if self.store is None or not key.startswith(f"tricache:{self.namespace}:x:"):
+            return None
+        if not self.breaker.allow():
+            return None
+        try:
+            record = self.store.get(key)
+        except Exception as exc:
+            self._failed("fetch", exc)
+            return None
+        self.breaker.success()
+        if record is None:
+            return None
+        try:
+            entry = decode_entry(record.value, record.watermark)
+        except CorruptEntry:
+            self.metrics.incr(TIER, "corrupt")
+            self._delete(key)
+            return None
+        if self._stale_reason(entry) is not None:
+            self.metrics.incr(TIER, "stale")
+            self._delete(key)
+            return None
+        self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
+        return entry
+
+    def delete(self, key: str) -> None:
+        """Remove one entry from L1 and L2."""
+        self.l1.pop(key)
+        self._delete(key)
+
     def _from_l1(self, key: str) -> ExactHit | None:
         entry = self.l1.get(key)
         if entry is None:

@@ -1,24 +1,32 @@
 """The request path: the tiers in lookup order, write-back, and the fail-open guarantee.
 
-Today the stack holds the exact tier; the semantic tier and the FAQ fallback slot in after it.
+lookup: exact tier → semantic tier (→ FAQ fallback, to come) → miss (the caller asks the LLM);
+update: the answer is written to the exact tier, and its question indexed by the semantic tier.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .audit import AuditLog
+from .breaker import CircuitBreaker
 from .entry import CacheEntry
-from .exact import ExactTier
+from .exact import ExactHit, ExactTier
+from .guards import DEFAULT_GUARDS, Guard
 from .home import data_dir
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .request import CacheRequest, Turn
+from .semantic import Reranker, SemanticHit, SemanticTier
 from .stores.base import L2Store
 
 __all__ = ["Cache", "Hit"]
@@ -32,20 +40,23 @@ class Hit:
 
     text: str
     payload: Any
-    tier: str  # "exact"
-    level: str  # where inside the tier: "l1", "l2"
-    key: str
+    tier: str  # "exact" or "semantic"
+    level: str  # where inside the tier: "l1", "l2", or the vector index
+    key: str  # the exact-tier key of the stored response
     entry: CacheEntry
-    score: float | None = None
+    score: float | None = None  # similarity, for semantic hits
+    entry_id: str = ""  # what to pass to Cache.feedback()
+    matched_question: str | None = None  # the cached question a semantic hit matched
 
 
 class Cache:
     """TriCache's core, independent of LangChain and LlamaIndex.
 
-    ``Cache()`` runs embedded: L1 in memory, L2 in SQLite under ``$TRICACHE_HOME`` (or the
-    per-user cache directory).  ``Cache(redis_url=...)`` shares L2 through Redis (``cluster=True``
-    for Redis Cluster).  No method raises because a store is down or slow; wrong argument types
-    raise ``TypeError``/``ValueError``.
+    ``Cache()`` runs embedded: L1 in memory, L2 in SQLite and the vector index (Qdrant's
+    in-process engine) under ``$TRICACHE_HOME``, the packaged multilingual embedder.
+    ``redis_url=`` shares the exact tier through Redis (``cluster=True`` for Redis Cluster),
+    ``qdrant_url=`` the semantic tier through a Qdrant server.  No method raises because a store
+    is down or slow; wrong argument types raise ``TypeError``/``ValueError``.
     """
 
     def __init__(
@@ -66,6 +77,16 @@ class Cache:
         l1_max_items: int = 10_000,
         l1_max_bytes: int = 64 * 2**20,
         refresh_s: float = 0.5,
+        semantic: bool = True,
+        embedder: Any = None,
+        qdrant_url: str | None = None,
+        qdrant_client: Any = None,
+        vector_path: str | Path | None = None,
+        threshold: float | None = None,
+        top_k: int = 5,
+        guards: Sequence[Guard] = DEFAULT_GUARDS,
+        reranker: Reranker | None = None,
+        audit: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
         if store is None and l2:
@@ -85,6 +106,26 @@ class Cache:
             history_turns=history_turns,
             metrics=self.metrics,
         )
+        self._semantic_options: dict[str, Any] | None = (
+            dict(
+                embedder=embedder,
+                qdrant_url=qdrant_url,
+                qdrant_client=qdrant_client,
+                vector_path=vector_path or _vector_dir(path),
+                threshold=threshold,
+                top_k=top_k,
+                guards=guards,
+                reranker=reranker,
+                audit=audit,
+                history_turns=history_turns,
+            )
+            if semantic
+            else None
+        )
+        self._semantic: SemanticTier | None = None
+        self._semantic_lock = threading.Lock()
+        self._semantic_breaker = CircuitBreaker()
+        self._recent_hits: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
 
@@ -120,10 +161,12 @@ class Cache:
             found = self.exact.get(request)
         except Exception as exc:  # a bug in a tier must not break the app
             self._error("lookup", exc)
-            return None
+            found = None
         finally:
             self.metrics.observe("exact", time.perf_counter() - start)
-        return self._hit(found)
+        if found is not None:
+            return self._exact_hit(found)
+        return self._semantic_lookup(request)
 
     async def alookup(self, request: CacheRequest) -> Hit | None:
         self._check(request)
@@ -132,19 +175,52 @@ class Cache:
             found = await self.exact.aget(request)
         except Exception as exc:
             self._error("lookup", exc)
-            return None
+            found = None
         finally:
             self.metrics.observe("exact", time.perf_counter() - start)
-        return self._hit(found)
-
-    def _hit(self, found: Any) -> Hit | None:
-        if found is None:
+        if found is not None:
+            return self._exact_hit(found)
+        if self._semantic_options is None:
             return None
+        # embedding is CPU work: keep the event loop free while it runs
+        return await asyncio.to_thread(self._semantic_lookup, request)
+
+    def _exact_hit(self, found: ExactHit) -> Hit | None:
         entry = found.entry
         if entry.negative:  # "known to have no cacheable answer": a miss the caller can trust
             self.metrics.incr("exact", "negative_hits")
             return None
-        return Hit(entry.text, entry.payload, "exact", found.level, found.key, entry)
+        return Hit(
+            entry.text, entry.payload, "exact", found.level, found.key, entry, None, found.key
+        )
+
+    def _semantic_lookup(self, request: CacheRequest) -> Hit | None:
+        tier = self.semantic
+        if tier is None or not self._semantic_breaker.allow():
+            return None
+        start = time.perf_counter()
+        try:
+            found = tier.lookup(request, self.exact.fetch)
+            self._semantic_breaker.success()
+        except Exception as exc:
+            self._semantic_breaker.failure()
+            self._error("semantic lookup", exc)
+            return None
+        finally:
+            self.metrics.observe("semantic", time.perf_counter() - start)
+        return self._semantic_hit(request, found) if found is not None else None
+
+    def _semantic_hit(self, request: CacheRequest, found: SemanticHit) -> Hit:
+        entry = found.entry
+        self._recent_hits[found.point_id] = (found.question, request.query, found.score)
+        while len(self._recent_hits) > 1000:
+            self._recent_hits.popitem(last=False)
+        ref = str(self.exact.key(request))  # informative only: the hit's own exact key
+        level = tier.index.name if (tier := self._semantic) else "index"
+        return Hit(
+            entry.text, entry.payload, "semantic", level, ref, entry, found.score,
+            found.point_id, found.question,
+        )  # fmt: skip
 
     # write ---------------------------------------------------------------------------------
     def update(
@@ -155,17 +231,23 @@ class Cache:
         *,
         category: str | None = None,
         negative: bool = False,
+        semantic: bool = True,
     ) -> bool:
-        """Store an answer; ``False`` when it was not stored.  Never raises for store trouble."""
+        """Store an answer; ``False`` when it was not stored.  Never raises for store trouble.
+
+        ``semantic=False`` keeps the answer out of the semantic tier (served only to the same
+        question, e.g. for tool calls or partial answers)."""
         self._check(request)
         try:
-            stored = self.exact.put(request, text, payload, category=category, negative=negative)
+            entry = self.exact.put(request, text, payload, category=category, negative=negative)
         except TypeError:
             raise
         except Exception as exc:
             self._error("update", exc)
             return False
-        return stored is not None
+        if entry is not None and semantic:
+            self._semantic_add(request, entry)
+        return entry is not None
 
     async def aupdate(
         self,
@@ -175,10 +257,11 @@ class Cache:
         *,
         category: str | None = None,
         negative: bool = False,
+        semantic: bool = True,
     ) -> bool:
         self._check(request)
         try:
-            stored = await self.exact.aput(
+            entry = await self.exact.aput(
                 request, text, payload, category=category, negative=negative
             )
         except TypeError:
@@ -186,9 +269,43 @@ class Cache:
         except Exception as exc:
             self._error("update", exc)
             return False
-        return stored is not None
+        if entry is not None and semantic and self._semantic_options is not None:
+            await asyncio.to_thread(self._semantic_add, request, entry)
+        return entry is not None
 
-    # versions and maintenance --------------------------------------------------------------
+    def _semantic_add(self, request: CacheRequest, entry: CacheEntry) -> None:
+        tier = self.semantic
+        if tier is None or not self._semantic_breaker.allow():
+            return
+        try:
+            ttl = self.exact.policy.base_ttl(entry.category, negative=entry.negative)
+            tier.add(request, self.exact.key(request), entry, ttl)
+            self._semantic_breaker.success()
+        except Exception as exc:
+            self._semantic_breaker.failure()
+            self.metrics.incr("semantic", "dropped_writes")
+            self._error("semantic update", exc)
+
+    # feedback, versions and maintenance ----------------------------------------------------
+    def feedback(self, entry_id: str, *, correct: bool) -> None:
+        """Report whether a served answer was right.  A wrong semantic hit removes the matched
+        question from the semantic tier (its exact entry still answers the same question); a
+        wrong exact hit removes the entry.  Both are recorded for calibration."""
+        if not isinstance(entry_id, str) or not entry_id:
+            raise TypeError("entry_id must be the non-empty Hit.entry_id of a served answer")
+        cached_q, new_q, score = self._recent_hits.get(entry_id, (None, None, None))
+        tier = self.semantic
+        if tier is not None and tier.audit is not None:
+            tier.audit.feedback(entry_id, correct, cached_q, new_q, score)
+        self.metrics.incr("feedback", "correct" if correct else "wrong")
+        if correct:
+            return
+        if entry_id.startswith("tricache:"):
+            self.exact.delete(entry_id)
+            entry_id = _point_id(entry_id)
+        if tier is not None:
+            tier.forget(entry_id)
+
     def invalidate(self, tag: str) -> int:
         """Entries written under ``tag`` become unreachable everywhere; returns its new version.
 
@@ -210,11 +327,16 @@ class Cache:
         return watermark
 
     def evict(self) -> dict[str, int]:
-        """Delete stale and corrupt entries from the shared store; returns the counts."""
-        return self.exact.evict()
+        """Delete stale and corrupt entries (and expired semantic points); returns the counts."""
+        counts = self.exact.evict()
+        if (tier := self.semantic) is not None:
+            tier.index.delete_expired(time.time())
+        return counts
 
     def clear(self) -> None:
         self.exact.clear()
+        if (tier := self.semantic) is not None:
+            tier.clear(self.namespace)
 
     def stats(self) -> dict[str, Any]:
         """Counters and latency percentiles per tier, as a plain dict."""
@@ -224,11 +346,27 @@ class Cache:
             "l1_items": len(self.exact.l1),
             "l1_bytes": self.exact.l1.bytes,
             "breaker_open": self.exact.breaker.is_open,
+            "vector_index": self._semantic.index.name if self._semantic else "none",
         }
         return snapshot
 
+    @property
+    def semantic(self) -> SemanticTier | None:
+        """The semantic tier, built on first use; ``None`` when off or unavailable."""
+        if self._semantic is None and self._semantic_options is not None:
+            with self._semantic_lock:
+                if self._semantic is None and self._semantic_options is not None:
+                    self._semantic = _build_semantic(self._semantic_options, self.metrics)
+                    if self._semantic is None:
+                        self._semantic_options = None  # said once in the log; stays off
+        return self._semantic
+
     def close(self) -> None:
         self.exact.close()
+        if self._semantic is not None:
+            self._semantic.index.close()
+            if self._semantic.audit is not None:
+                self._semantic.audit.close()
 
     def __enter__(self) -> Cache:
         return self
@@ -246,8 +384,14 @@ class Cache:
             )
 
     def _error(self, what: str, exc: Exception) -> None:
-        self.metrics.incr("cache", f"{what}_errors")
+        self.metrics.incr("cache", f"{what.replace(' ', '_')}_errors")
         log.exception("tricache: %s failed; answering without the cache", what, exc_info=exc)
+
+
+def _point_id(key: str) -> str:
+    from .semantic import point_id_for
+
+    return point_id_for(key)
 
 
 def _open_store(
@@ -266,3 +410,55 @@ def _open_store(
     except (OSError, sqlite3.Error) as exc:
         log.error("tricache: L2 store unavailable (%s: %s); running on L1 only", file, exc)
         return None
+
+
+def _vector_dir(path: str | Path | None) -> Path | None:
+    """Beside an explicit SQLite file, or ``None`` for the data directory's default."""
+    return Path(path).with_name(Path(path).stem + "-vectors") if path else None
+
+
+def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:
+    """The semantic tier, or ``None`` with one log line saying why it is off."""
+    from .embed import get_embedder
+    from .stores.vectors import EdgeIndex, IndexLocked, QdrantServerIndex
+
+    try:
+        embedder = get_embedder(options["embedder"])
+        if options["qdrant_url"] or options["qdrant_client"]:
+            collection = "tricache_" + "".join(c if c.isalnum() else "_" for c in embedder.name)
+            index: Any = QdrantServerIndex(
+                url=options["qdrant_url"],
+                client=options["qdrant_client"],
+                collection=collection,
+                dim=embedder.dim,
+            )
+        else:
+            base = options["vector_path"] or data_dir() / "vectors"
+            index = EdgeIndex(Path(base) / embedder.name, embedder.dim)
+        audit_dir = Path(options["vector_path"] or data_dir())
+        audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None
+    except IndexLocked as exc:
+        log.warning(
+            "tricache: semantic tier off in this process: the embedded vector index is open "
+            "in another process (%s). Apps with several processes should share a Qdrant "
+            "server: Cache(qdrant_url=...).",
+            exc,
+        )
+        return None
+    except ImportError as exc:
+        log.warning("tricache: semantic tier off: %s (pip install tricache[semantic])", exc)
+        return None
+    except Exception as exc:
+        log.exception("tricache: semantic tier off: could not open it", exc_info=exc)
+        return None
+    return SemanticTier(
+        index,
+        embedder,
+        threshold=options["threshold"],
+        top_k=options["top_k"],
+        guards=options["guards"],
+        reranker=options["reranker"],
+        history_turns=options["history_turns"],
+        metrics=metrics,
+        audit=audit,
+    )

@@ -1,0 +1,126 @@
+"""Audit records of semantic decisions and feedback, in SQLite, written off the hot path.
+
+``record`` only puts the decision on a queue; a daemon thread writes batches.  Rows are plain
+columns plus JSON, so they can be read with any SQLite client or ``AuditLog.recent``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AuditLog"]
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS decisions (
+    ts REAL NOT NULL, query_hash TEXT NOT NULL, hit TEXT, score REAL, skipped TEXT,
+    guards TEXT, top TEXT, rejected TEXT
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    ts REAL NOT NULL, entry_id TEXT NOT NULL, correct INTEGER NOT NULL,
+    cached_question TEXT, question TEXT, score REAL
+);
+"""
+
+
+class AuditLog:
+    """Decisions and feedback in ``path`` (SQLite); bounded queue, never blocks a lookup."""
+
+    def __init__(self, path: str | Path, max_queue: int = 10_000) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(self.path) as db:
+            db.executescript(_SCHEMA)
+        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue(max_queue)
+        self.dropped = 0
+        self._writer = threading.Thread(target=self._write, name="tricache-audit", daemon=True)
+        self._writer.start()
+
+    def record(self, decision: Any) -> None:
+        row = (
+            asdict(decision)
+            if is_dataclass(decision) and not isinstance(decision, type)
+            else dict(decision)
+        )
+        self._put(
+            "INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                time.time(),
+                row["query_hash"],
+                row.get("hit"),
+                row.get("score"),
+                row.get("skipped"),
+                json.dumps(row.get("guards", [])),
+                json.dumps(row.get("top", [])),
+                json.dumps(row.get("rejected", {})),
+            ),
+        )
+
+    def feedback(
+        self,
+        entry_id: str,
+        correct: bool,
+        cached_question: str | None,
+        question: str | None,
+        score: float | None,
+    ) -> None:
+        self._put(
+            "INSERT INTO feedback VALUES (?, ?, ?, ?, ?, ?)",
+            (time.time(), entry_id, int(correct), cached_question, question, score),
+        )
+
+    def _put(self, sql: str, row: tuple[Any, ...]) -> None:
+        try:
+            self._queue.put_nowait((sql, row))
+        except queue.Full:
+            self.dropped += 1
+
+    def _write(self) -> None:
+        db = sqlite3.connect(self.path)
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            while not self._queue.empty() and len(batch) < 500:
+                batch.append(self._queue.get_nowait())
+            try:
+                with db:
+                    for entry in batch:
+                        if entry is not None:
+                            db.execute(*entry)
+            except sqlite3.Error as exc:
+                log.warning("tricache: audit write failed: %s", exc)
+            for _ in batch:
+                self._queue.task_done()
+            if None in batch:
+                db.close()
+                return
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until everything recorded so far is written."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def recent(self, limit: int = 20, table: str = "decisions") -> list[dict[str, Any]]:
+        if table not in ("decisions", "feedback"):
+            raise ValueError("table must be 'decisions' or 'feedback'")
+        self.flush()
+        with sqlite3.connect(self.path) as db:
+            db.row_factory = sqlite3.Row
+            rows = db.execute(f"SELECT * FROM {table} ORDER BY ts DESC LIMIT ?", (limit,))
+            return [dict(r) for r in rows]
+
+    def close(self) -> None:
+        self.flush()
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)

@@ -1,0 +1,223 @@
+"""Measure the semantic decision on labelled question pairs (``eval-pairs``, ``calibrate``).
+
+A pair file is TSV or CSV with a header: ``q1``/``q2`` (or ``text1``/``text2``), ``label``
+(1 = same meaning, so a hit is right; 0 = different, so a hit is wrong), and optionally
+``kind`` (or ``pair_type``) and ``lang``.
+"""
+
+from __future__ import annotations
+
+import csv
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .guards import DEFAULT_GUARDS, Guard, check
+from .stack import Cache
+
+__all__ = ["Pair", "calibrate", "evaluate_pairs", "read_pairs"]
+
+
+@dataclass(slots=True)
+class Pair:
+    q1: str
+    q2: str
+    label: int
+    kind: str = ""
+    lang: str = ""
+
+
+def read_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
+    """Read a labelled pair file; raises ``ValueError`` naming what is missing."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as f:
+        sample = f.readline()
+        f.seek(0)
+        delimiter = "\t" if "\t" in sample else ","
+        if delimiter == "\t":
+            reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        else:
+            reader = csv.DictReader(f)
+        columns = set(reader.fieldnames or ())
+        first, second = ("q1", "q2") if {"q1", "q2"} <= columns else ("text1", "text2")
+        if not {first, second, "label"} <= columns:
+            raise ValueError(f"{path}: need columns q1,q2 (or text1,text2) and label")
+        kind = "kind" if "kind" in columns else "pair_type" if "pair_type" in columns else None
+        pairs = []
+        for row in reader:
+            q1, q2 = row[first] or "", row[second] or ""
+            lang = row.get("lang") or ("zh" if _has_cjk(q1 + q2) else "en")
+            pairs.append(Pair(q1, q2, int(row["label"]), row.get(kind, "") if kind else "", lang))
+            if limit is not None and len(pairs) >= limit:
+                break
+    return pairs
+
+
+@dataclass(slots=True)
+class _Tally:
+    n: int = 0
+    positives: int = 0
+    negatives: int = 0
+    hits_right: int = 0
+    hits_wrong: int = 0
+
+    def add(self, label: int, hit: bool) -> None:
+        self.n += 1
+        self.positives += label == 1
+        self.negatives += label == 0
+        self.hits_right += hit and label == 1
+        self.hits_wrong += hit and label == 0
+
+    def summary(self) -> dict[str, Any]:
+        hits = self.hits_right + self.hits_wrong
+        return {
+            "n": self.n,
+            "precision": round(self.hits_right / hits, 4) if hits else None,
+            "recall": round(self.hits_right / self.positives, 4) if self.positives else None,
+            "false_hit_rate": round(self.hits_wrong / self.negatives, 4)
+            if self.negatives
+            else None,
+            "hit_rate": round(hits / self.n, 4) if self.n else None,
+        }
+
+
+@dataclass(slots=True)
+class PairReport:
+    pairs: int
+    overall: dict[str, Any]
+    by_kind: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_lang: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rejections: dict[str, int] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "precision": self.overall["precision"],
+            "recall": self.overall["recall"],
+            "false_hit_rate": self.overall["false_hit_rate"],
+            "by_kind": self.by_kind,
+            "by_lang": self.by_lang,
+            "rejections": self.rejections,
+        }
+
+
+def evaluate_pairs(
+    pairs: Sequence[Pair],
+    *,
+    embedder: Any = None,
+    threshold: float | None = None,
+    guards: Sequence[Guard] = DEFAULT_GUARDS,
+    on_step: Callable[[], None] | None = None,
+    **cache_options: Any,
+) -> PairReport:
+    """The whole decision, end to end: for each pair, store q1 with its own answer in a fresh
+    cache scope (its own tenant), look up q2, and score the result."""
+    with tempfile.TemporaryDirectory(prefix="tricache-eval-") as tmp:
+        cache = Cache(
+            path=Path(tmp) / "eval.sqlite3",
+            embedder=embedder,
+            threshold=threshold,
+            guards=guards,
+            audit=False,
+            bloom=False,
+            **cache_options,
+        )
+        tier = cache.semantic
+        if tier is None:
+            raise RuntimeError("the semantic tier is not available (see the log)")
+        _prefetch(tier.embedder, [t for p in pairs for t in (p.q1, p.q2)])
+        overall = _Tally()
+        kinds: defaultdict[str, _Tally] = defaultdict(_Tally)
+        langs: defaultdict[str, _Tally] = defaultdict(_Tally)
+        for i, pair in enumerate(pairs):
+            tenant = f"pair{i}"
+            cache.update(cache.request(pair.q1, tenant=tenant), f"answer to pair {i}")
+            hit = cache.lookup(cache.request(pair.q2, tenant=tenant)) is not None
+            for tally in (overall, kinds[pair.kind or "all"], langs[pair.lang or "?"]):
+                tally.add(pair.label, hit)
+            if on_step is not None:
+                on_step()
+        rejections = {
+            event.removeprefix("guard_"): count
+            for event, count in cache.stats().get("semantic", {}).items()
+            if event.startswith("guard_")
+        }
+        cache.close()
+    return PairReport(
+        len(pairs),
+        overall.summary(),
+        {k: t.summary() for k, t in sorted(kinds.items())},
+        {k: t.summary() for k, t in sorted(langs.items())},
+        rejections,
+    )
+
+
+def _prefetch(embedder: Any, texts: list[str]) -> None:
+    """Embed every text in batches up front (the embedder's LRU then serves the lookups)."""
+    unique = list(dict.fromkeys(texts))
+    if hasattr(embedder, "maxsize"):
+        embedder.maxsize = max(embedder.maxsize, len(unique) + 1000)
+    for start in range(0, len(unique), 256):
+        embedder.embed(unique[start : start + 256])
+
+
+def similarities(pairs: Sequence[Pair], embedder: Any) -> np.ndarray:
+    """Cosine similarity of each pair."""
+    _prefetch(embedder, [t for p in pairs for t in (p.q1, p.q2)])
+    a = embedder.embed([p.q1 for p in pairs])
+    b = embedder.embed([p.q2 for p in pairs])
+    return np.asarray((a * b).sum(axis=1))
+
+
+@dataclass(slots=True)
+class Calibration:
+    rows: list[dict[str, float]]  # threshold, precision, recall, hit_rate
+    chosen: float | None  # lowest threshold meeting the target precision, if any
+    target_precision: float
+
+
+def calibrate(
+    pairs: Sequence[Pair],
+    embedder: Any,
+    *,
+    target_precision: float = 0.99,
+    guards: Sequence[Guard] = DEFAULT_GUARDS,
+    thresholds: Iterable[float] | None = None,
+) -> Calibration:
+    """Precision, recall and hit rate per threshold (guards applied, as in the tier), and the
+    lowest threshold whose precision meets ``target_precision``."""
+    sims = similarities(pairs, embedder)
+    passed = np.array([check(p.q1, p.q2, guards)[0] is None for p in pairs])
+    labels = np.array([p.label for p in pairs])
+    grid = (
+        list(thresholds)
+        if thresholds is not None
+        else [round(t, 3) for t in np.arange(0.5, 1.0, 0.01)]
+    )
+    rows, chosen = [], None
+    for threshold in grid:
+        hit = (sims >= threshold) & passed
+        n_hit = int(hit.sum())
+        right = int((hit & (labels == 1)).sum())
+        precision = right / n_hit if n_hit else 1.0
+        recall = right / max(int((labels == 1).sum()), 1)
+        rows.append(
+            {
+                "threshold": float(threshold),
+                "precision": round(precision, 4),
+                "recall": round(recall, 4),
+                "hit_rate": round(n_hit / len(pairs), 4),
+            }
+        )
+        if chosen is None and n_hit and precision >= target_precision:
+            chosen = float(threshold)
+    return Calibration(rows, chosen, target_precision)
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u3400" <= c <= "\u9fff" for c in text)

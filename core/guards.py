@@ -1,0 +1,415 @@
+"""Guards: refuse a semantic candidate whose question looks alike but means something else.
+
+Each guard is a small function ``(cached, new) -> reason | None`` over two ``Analysis``
+objects; the first reason wins.  All of them err on the side of refusing: a refused hit costs
+one LLM call, a wrong hit costs a wrong answer.
+
+Conversation context is not a guard here: the semantic tier only ever compares questions asked
+in the same context (its search is filtered on the context fingerprint).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .lexicon import (
+    ANTONYMS_EN,
+    ANTONYMS_ZH,
+    FILLERS_EN,
+    FILLERS_ZH,
+    IRREGULAR_EN,
+    NEGATING_PREFIXES,
+    NEGATIONS_EN,
+    NEGATIONS_ZH,
+    NUMBER_WORDS_EN,
+    RELATIONS_EN,
+    STOPWORDS_EN,
+    STOPWORDS_ZH,
+    WH_EN,
+    WH_ZH,
+    ZH_DIGITS,
+    ZH_MEASURES,
+    ZH_NOT_NUMBERS,
+    ZH_UNITS,
+)
+
+__all__ = [
+    "DEFAULT_GUARDS",
+    "Analysis",
+    "Guard",
+    "analyze",
+    "check",
+    "is_cacheable",
+]
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_WORD = re.compile(r"[a-z0-9]+(?:[-'’.][a-z0-9]+)*|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*|\d+[A-Za-z]\w*")
+_ZH_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万亿]+(?:点[零〇一二三四五六七八九]+)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What the guards need to know about one question."""
+
+    text: str  # NFKC, case-folded, single-spaced
+    zh: bool  # contains Chinese characters
+    tokens: tuple[str, ...]  # words (English) and jieba words (Chinese), in order
+    negations: tuple[str, ...]  # sorted multiset of negation markers
+    numbers: tuple[str, ...]  # sorted multiset of canonical numbers
+    entities: frozenset[str]  # names, product variants, codes
+    wh: frozenset[str]  # when/where/who/why and their Chinese forms
+
+
+@lru_cache(maxsize=20_000)
+def analyze(question: str) -> Analysis:
+    """Analyze a question (memoized: cached questions are analyzed again on every lookup)."""
+    folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
+    zh = bool(_CJK.search(folded))
+    words = _tokens(folded, zh)
+    return Analysis(
+        text=folded,
+        zh=zh,
+        tokens=words,
+        negations=_negations(folded, words),
+        numbers=_numbers(folded, words),
+        entities=_entities(question, folded, zh),
+        wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
+    )
+
+
+def _tokens(folded: str, zh: bool) -> tuple[str, ...]:
+    text = re.sub(r"(\w)n[’']t\b", r"\1 n't", folded)  # "can't" → "ca n't", "don't" → "do n't"
+    words: list[str] = []
+    for word in _WORD.findall(text):
+        if zh and _CJK.match(word):
+            words.extend(_jieba().lcut(word))
+        else:
+            words.append(word.replace("’", "'").removesuffix("'s"))
+    return tuple(words)
+
+
+@lru_cache(maxsize=1)
+def _jieba():  # type: ignore[no-untyped-def]
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    return jieba
+
+
+def _negations(folded: str, words: Sequence[str]) -> tuple[str, ...]:
+    found = ["not" for w in words if w in NEGATIONS_EN]
+    for marker, exceptions in NEGATIONS_ZH.items():
+        count = folded.count(marker)
+        for compound in exceptions.split():
+            count -= folded.count(compound) if marker in compound else 0
+        found += [marker] * max(count, 0)
+    return tuple(sorted(found))
+
+
+def _numbers(folded: str, words: Sequence[str]) -> tuple[str, ...]:
+    found = [_canonical(n.replace(",", "")) for n in _NUMBER.findall(folded)]
+    found += [_canonical(str(NUMBER_WORDS_EN[w])) for w in words if w in NUMBER_WORDS_EN]
+    text = folded
+    for phrase in ZH_NOT_NUMBERS:
+        text = text.replace(phrase, " ")
+    for match in _ZH_NUMERAL.finditer(text):
+        numeral = match.group()
+        after = text[match.end() : match.end() + 1]
+        if numeral == "一" and after not in ZH_MEASURES:
+            continue  # "一" alone is an article or an adverb far more often than a number
+        found.append(_canonical(str(_zh_value(numeral))))
+    return tuple(sorted(found))
+
+
+def _canonical(number: str) -> str:
+    try:
+        value = float(number)
+    except ValueError:
+        return number
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _zh_value(numeral: str) -> float:
+    """三十 → 30, 两万五千 → 25000, 二零二四 → 2024, 零点九 → 0.9."""
+    whole, _, fraction = numeral.partition("点")
+    if whole and all(c in ZH_DIGITS for c in whole):
+        value: float = int("".join(str(ZH_DIGITS[c]) for c in whole))
+    else:
+        total = section = digit = 0
+        for char in whole:
+            if char in ZH_DIGITS:
+                digit = ZH_DIGITS[char]
+            elif ZH_UNITS[char] < 10_000:
+                section += (digit or 1) * ZH_UNITS[char]
+                digit = 0
+            else:
+                total += (section + digit) * ZH_UNITS[char]
+                section = digit = 0
+        value = total + section + digit
+    if fraction:
+        value += float("0." + "".join(str(ZH_DIGITS[c]) for c in fraction))
+    return value
+
+
+def _entities(original: str, folded: str, zh: bool) -> frozenset[str]:
+    """Names, product variants and codes: mixed letters+digits, acronyms, CamelCase, and
+    capitalized words not at a sentence start (ignored in Title Case Text).  Chinese: jieba's
+    person, place, organization and other-name tags."""
+    found: set[str] = set()
+    raw = unicodedata.normalize("NFKC", original)
+    matches = list(_LATIN_WORD.finditer(raw))
+    capitalized = sum(m.group()[0].isupper() for m in matches)
+    title_case = len(matches) >= 3 and capitalized > len(matches) / 2
+    for m in matches:
+        word = m.group()
+        before = raw[: m.start()].rstrip()
+        sentence_start = not before or before[-1] in ".!?。？！:：\"'“"
+        if (
+            (any(c.isdigit() for c in word) and any(c.isalpha() for c in word))
+            or (len(word) >= 2 and word.isupper())
+            or any(c.isupper() for c in word[1:])
+            or (word[0].isupper() and not title_case and not sentence_start and word != "I")
+        ):
+            found.add(word.casefold())
+    if zh:
+        import jieba.posseg
+
+        for token in jieba.posseg.lcut(folded):
+            if token.flag in ("nr", "ns", "nt", "nz", "nrt", "nrfg") and len(token.word) > 1:
+                found.add(token.word)
+    return frozenset(found)
+
+
+# The guards --------------------------------------------------------------------------------
+Guard = Callable[[Analysis, Analysis], "str | None"]
+
+
+def negation(a: Analysis, b: Analysis) -> str | None:
+    """ "Is it safe?" vs "Is it not safe?", "推荐" vs "不推荐"."""
+    return "negation" if a.negations != b.negations else None
+
+
+def antonym(a: Analysis, b: Analysis) -> str | None:
+    """ "enable" vs "disable", "注册" vs "注销": one holds a word, the other its opposite."""
+    words_a, words_b = _stems(a), _stems(b)
+    for x, y in _ANTONYM_STEMS:
+        if _opposite(x in words_a, y in words_a, x in words_b, y in words_b):
+            return "antonym"
+    if a.zh or b.zh:
+        for x, y in ANTONYMS_ZH:
+            if _opposite(x in a.text, y in a.text, x in b.text, y in b.text):
+                return "antonym"
+    if _negated_forms(words_a, words_b) or _negated_forms(words_b, words_a):
+        return "antonym"
+    return None
+
+
+def _negated_forms(words_a: frozenset[str], words_b: frozenset[str]) -> bool:
+    """ "fair" vs "unfair", "advantages" vs "disadvantages", "careful" vs "careless"."""
+    for word in words_a:
+        if len(word) < 3 or not word.isalpha():
+            continue
+        for prefix in NEGATING_PREFIXES:
+            if prefix + word in words_b and prefix + word not in words_a and word not in words_b:
+                return True
+        if word.endswith("ful") and word[:-3] + "less" in words_b and word not in words_b:
+            return True
+    return False
+
+
+def _opposite(ax: bool, ay: bool, bx: bool, by: bool) -> bool:
+    return (ax and not ay and by and not bx) or (ay and not ax and bx and not by)
+
+
+@lru_cache(maxsize=50_000)
+def _stem(word: str) -> str:
+    """A light English stem: plural, -ed and -ing off, then a final "e" (hire/hires/hired/
+    hiring → "hir"), so inflections of one word compare equal."""
+    if word in IRREGULAR_EN:
+        return IRREGULAR_EN[word]
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    stem = word
+    if len(word) > 4 and word.endswith("es") and word[:-2].endswith(("s", "x", "z", "ch", "sh")):
+        stem = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        stem = word[:-1]
+    elif len(word) > 5 and word.endswith("ing"):
+        stem = word[:-3]
+    elif len(word) > 4 and word.endswith("ed"):
+        stem = word[:-2]
+    if stem != word and len(stem) >= 3 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
+        stem = stem[:-1]  # stopped → stop
+    return stem[:-1] if len(stem) > 3 and stem.endswith("e") else stem
+
+
+def _stems(a: Analysis) -> frozenset[str]:
+    return frozenset(_stem(w) for w in a.tokens)
+
+
+_ANTONYM_STEMS = [(_stem(x), _stem(y)) for x, y in ANTONYMS_EN]
+
+
+def number(a: Analysis, b: Analysis) -> str | None:
+    """ "order 12345" vs "order 12346", "3 days" vs "30 days", "三天" vs "3天" are fine."""
+    return "number" if a.numbers != b.numbers else None
+
+
+def entity(a: Analysis, b: Analysis) -> str | None:
+    """ "iPhone 15" vs "iPhone 15 Pro", "北京" vs "上海": every name in one question must
+    appear in the other."""
+    for x, y in ((a, b), (b, a)):
+        words = set(y.tokens)
+        for name in x.entities:
+            if name not in words and name not in y.text:
+                return "entity"
+    return None
+
+
+def wh_word(a: Analysis, b: Analysis) -> str | None:
+    """ "When does it open?" vs "Where does it open?"."""
+    return "question_word" if a.wh and b.wh and a.wh != b.wh else None
+
+
+def order(a: Analysis, b: Analysis) -> str | None:
+    """ "Is A better than B" vs "Is B better than A", "A比B好" vs "B比A好".
+
+    The content words the two questions share must keep their order, up to moving one block
+    to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question; moving a
+    word into the middle re-attaches it: "the original version … the mild edition" vs "the
+    mild version … the original edition")."""
+    seq_a, seq_b = _content(a), _content(b)
+    common = Counter(seq_a) & Counter(seq_b)
+    if sum(common.values()) < 2:
+        return None
+    positions: dict[tuple[str, int], int] = {}
+    seen: Counter[str] = Counter()
+    for token in seq_b:
+        if common[token]:
+            positions[token, seen[token]] = len(positions)
+            seen[token] += 1
+    seen.clear()
+    permutation = []
+    for token in seq_a:
+        if (token, seen[token]) in positions:
+            permutation.append(positions[token, seen[token]])
+            seen[token] += 1
+    return None if _rotation(permutation) else "order"
+
+
+def _content(a: Analysis) -> list[str]:
+    # In Chinese text a Latin letter is a name ("A比B"), never the English article.
+    stop = STOPWORDS_ZH if a.zh else STOPWORDS_EN
+    return [t for t in a.tokens if t not in stop]
+
+
+def _rotation(p: list[int]) -> bool:
+    """True when ``p`` is the identity with at most one block moved to the front or end."""
+    n = len(p)
+    # one block moved to the front: p = [k..m) + [0..k) + [m..n), runs consecutive
+    for cut in range(n + 1):
+        head, tail = p[:cut], p[cut:]
+        if _consecutive(head) and (
+            _ascending_without(tail, head) if head else all(p[i] == i for i in range(n))
+        ):
+            return True
+    # one block moved to the end
+    for cut in range(n):
+        head, tail = p[:cut], p[cut:]
+        if _consecutive(tail) and _ascending_without(head, tail):
+            return True
+    return False
+
+
+def _consecutive(run: list[int]) -> bool:
+    return all(run[i + 1] == run[i] + 1 for i in range(len(run) - 1))
+
+
+def _ascending_without(rest: list[int], block: list[int]) -> bool:
+    """``rest`` is in order (the values of ``block`` are missing from it)."""
+    return all(rest[i] < rest[i + 1] for i in range(len(rest) - 1))
+
+
+def added_content(a: Analysis, b: Analysis) -> str | None:
+    """One question asks more: "best haircut" vs "best haircut for men", "手表" vs "女手表"."""
+    only_a, only_b = _unmatched(a, b), _unmatched(b, a)
+    if bool(only_a) != bool(only_b):
+        return "added_content"
+    return None
+
+
+def substitution(a: Analysis, b: Analysis) -> str | None:
+    """The same short question about another thing: one content word swapped for another
+    ("将军令丢了" vs "将军令坏了", "the chemistry game" vs "the biology game")."""
+    only_a, only_b = _unmatched(a, b), _unmatched(b, a)
+    shared = len(set(_content_stems(a)) & set(_content_stems(b)))
+    if len(only_a) == 1 and len(only_b) == 1 and shared >= 1:
+        return "substitution"
+    return None
+
+
+def _content_stems(a: Analysis) -> list[str]:
+    skip = FILLERS_ZH if a.zh else FILLERS_EN | RELATIONS_EN
+    return [_stem(t) for t in _content(a) if t not in skip and not t.isdigit()]
+
+
+def _unmatched(a: Analysis, b: Analysis) -> set[str]:
+    """Content words of ``a`` that ``b`` lacks (Chinese words count when their characters
+    appear in ``b`` in any segmentation)."""
+    stems_b = set(_content_stems(b))
+    return {w for w in _content_stems(a) if w not in stems_b and not (a.zh and w in b.text)}
+
+
+DEFAULT_GUARDS: tuple[Guard, ...] = (
+    negation,
+    antonym,
+    number,
+    entity,
+    wh_word,
+    order,
+    added_content,
+    substitution,
+)
+
+
+def check(
+    cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS
+) -> tuple[str | None, tuple[str, ...]]:
+    """Run ``guards`` on two questions: (the first rejection or ``None``, the guards run)."""
+    a, b = analyze(cached), analyze(new)
+    ran = []
+    for guard in guards:
+        ran.append(guard.__name__)
+        reason = guard(a, b)
+        if reason is not None:
+            return reason, tuple(ran)
+    return None, tuple(ran)
+
+
+# Cacheability ------------------------------------------------------------------------------
+_TIME_OR_ASKER_EN = re.compile(
+    r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|recent|"
+    r"recently|this (?:week|month|year|morning|afternoon|evening)|next (?:week|month|year)|"
+    r"last (?:week|month|year|night)|my (?:order|account|balance|package|parcel|delivery|"
+    r"bill|invoice|subscription|payment|refund|ticket|booking|reservation|flight|card)|"
+    r"weather|stock price|exchange rate|score of|breaking news|what time)\b"
+)
+_TIME_OR_ASKER_ZH = re.compile(
+    r"今天|今日|今晚|明天|昨天|现在|目前|当前|最新|最近|刚刚|本周|这周|本月|这个月|今年|下周|"
+    r"上周|我的订单|我的账户|我的余额|我的快递|我的包裹|我的账单|我的退款|我的预订|天气|股价|汇率|几点"
+)
+
+
+def is_cacheable(question: str) -> bool:
+    """False for questions whose answer depends on the time or on who asks ("today",
+    "latest", "my order", "今天", "最新", "我的订单" …): the semantic tier skips them."""
+    folded = unicodedata.normalize("NFKC", question).casefold()
+    return not (_TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded))

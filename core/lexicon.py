@@ -1,0 +1,131 @@
+"""Word lists behind the guards, English and Chinese.  Data only; the rules are in guards.py."""
+
+from __future__ import annotations
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in (item.split() for item in text.split(";") if item.strip())]
+
+
+# Negation markers. English forms are matched as whole tokens ("n't" is split off first).
+NEGATIONS_EN = _words(
+    "aint arent cannot cant couldnt didnt doesnt dont hadnt hasnt havent isnt mustnt n't neednt "
+    "neither never no nobody none nor not nothing nowhere shouldnt wasnt werent without wont "
+    "wouldnt"
+)
+
+# Chinese negators, each with the compounds in which the character does not negate.
+NEGATIONS_ZH = {
+    "不": "不错 不过 不少 不仅 不但 不断 不管 不论 不久 不同 不如 不然 不停 不愧 不得不 不一会",
+    "没": "",
+    "未": "未来 未成年 未婚",
+    "别": "别人 别的 别墅 别名 别针 区别 类别 分别 特别 级别 性别 告别 差别 识别 辨别 个别",
+    "勿": "",
+    "莫": "莫名",
+    "无法": "",
+    "无需": "",
+    "无须": "",
+    "甭": "",
+}
+
+# Pairs of opposite actions and qualities. A guard rejects two questions when one holds a
+# word of a pair and the other holds its opposite (and neither holds both).
+ANTONYMS_EN = _pairs(
+    "register unregister; register deregister; signup signout; login logout; log-in log-out; "
+    "enable disable; activate deactivate; open close; start stop; start end; begin end; "
+    "increase decrease; increase reduce; raise lower; add remove; add delete; create delete; "
+    "install uninstall; subscribe unsubscribe; lock unlock; block unblock; allow deny; allow "
+    "block; accept reject; approve reject; approve deny; buy sell; import export; upload "
+    "download; send receive; deposit withdraw; upgrade downgrade; include exclude; show hide; "
+    "connect disconnect; follow unfollow; mute unmute; pause resume; freeze unfreeze; encrypt "
+    "decrypt; compress decompress; mount unmount; charge discharge; credit debit; inbound "
+    "outbound; incoming outgoing; input output; push pull; win lose; gain lose; on off; in out; "
+    "up down; max min; maximum minimum; more less; most least; before after; above below; over "
+    "under; inside outside; first last; early late; earlier later; cheap expensive; good bad; "
+    "better worse; best worst; high low; higher lower; highest lowest; long short; longer "
+    "shorter; fast slow; faster slower; big small; bigger smaller; large small; larger smaller; "
+    "hot cold; safe unsafe; safe dangerous; healthy unhealthy; legal illegal; possible "
+    "impossible; true false; right wrong; correct incorrect; happy sad; love hate; like "
+    "dislike; agree disagree; positive negative; always never; all none; male female; men "
+    "women; man woman; boy girl; husband wife; north south; east west; left right; plus minus; "
+    "add subtract; multiply divide; ascending descending; rich poor; strong weak; easy hard; "
+    "easy difficult; old new; old young; light heavy; light dark; wet dry; full empty; private "
+    "public; online offline; manual automatic; hire fire; borrow lend; borrow repay; pay "
+    "refund; arrive depart; import export; maximize minimize; overestimate underestimate; "
+    "overpaid underpaid; dead alive; why how; advantage disadvantage; pro con; pros cons; few "
+    "many; sooner later"
+)
+
+ANTONYMS_ZH = _pairs(
+    "注册 注销; 登录 退出; 登录 登出; 开通 关闭; 开通 取消; 开启 关闭; 打开 关闭; 启用 禁用; 激活 停用; 增加 减少; 提高 降低; 上调 下调; 提升 降低; "
+    "上涨 下跌; 升级 降级; 买入 卖出; 购买 出售; 买 卖; 充值 提现; 存款 取款; 存入 取出; 转入 转出; 收款 付款; 收入 支出; 绑定 解绑; 冻结 解冻; "
+    "锁定 解锁; 加入 退出; 关注 取关; 上传 下载; 发送 接收; 安装 卸载; 订阅 退订; 添加 删除; 新增 删除; 创建 删除; 允许 禁止; 同意 拒绝; 接受 拒绝; "
+    "开始 结束; 开始 停止; 上班 下班; 上车 下车; 入职 离职; 借款 还款; 最高 最低; 最大 最小; 最多 最少; 最快 最慢; 最好 最差; 最早 最晚; 上午 下午; "
+    "上个月 下个月; 上周 下周; 上一 下一; 以上 以下; 之前 之后; 以前 以后; 高 低; 大 小; 多 少; 长 短; 快 慢; 好 坏; 好 差; 贵 便宜; 冷 热; "
+    "新 旧; 前 后; 男 女; 南 北; 左 右; 正 负; 加 减; 乘 除; 涨 跌; 赢 输; 胜 负; 对 错; 真 假; 进 出; 早 晚; 胖 瘦; 难 易; 深 浅; "
+    "宽 窄; 厚 薄; 远 近; 轻 重; 强 弱; 内 外; 老 新; 老 少"
+)
+
+# Words that ask different questions: two questions asking with different ones differ.
+WH_EN = _words("when where who whom whose why")
+WH_ZH = ("什么时候", "何时", "哪里", "哪儿", "在哪", "谁", "为什么", "为何")
+
+# English words that carry no content for the order and entity guards.  Relation words
+# ("than", "from", "to", "vs") are NOT here: swapping what stands around them changes meaning.
+STOPWORDS_EN = _words(
+    "a about also am an and any anyone anything are as at be been being but can could did do "
+    "does get got had has have he her here him his how i if in into is it its just may me might "
+    "mine must my of on one or our please really shall she should so some someone something "
+    "that the their them there these they this those us very was way ways we were what which "
+    "will with would you your yours"
+)
+
+# Words that add no content when one question has them and the other does not.
+FILLERS_EN = _words(
+    "actually anybody basically best ever exactly explain go going good kind know like make "
+    "need possible possibly somebody sort tell thing things use used using want"
+)
+FILLERS_ZH = _words(
+    "一下 一个 具体 到底 可不可以 吧 呀 告诉 呢 啊 应该 是不是 有没有 知道 究竟 请问 这个 那个 需要"
+)
+
+# Relation words: they order the question (order guard) but are not content of their own.
+RELATIONS_EN = _words("after before between by for from over than to versus vs")
+
+IRREGULAR_EN = {
+    "men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot",
+    "teeth": "tooth", "mice": "mouse", "geese": "goose", "did": "do", "does": "do",
+    "done": "do", "went": "go", "gone": "go", "made": "make", "got": "get", "bought": "buy",
+    "sold": "sell", "paid": "pay", "lost": "lose", "won": "win", "better": "good",
+    "best": "good", "worse": "bad", "worst": "bad",
+}  # fmt: skip
+# Prefixes and suffixes that turn a word into its opposite: fair/unfair, careful/careless.
+NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "non-", "a")
+
+# Chinese function words dropped by the order guard ("和" is symmetric: "A和B" = "B和A").
+STOPWORDS_ZH = _words(
+    "一下 与 个 么 也 了 什么 他 们 你 及 可以 吗 吧 呀 呢 和 啊 在 她 如何 它 就 怎么 想 我 是 有 的 能 要 请 跟 还 这 那 都 问"
+)
+
+# Chinese numerals; a lone "一" counts only before a measure word ("一个", not "一下").
+ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,
+             "七": 7, "八": 8, "九": 9}  # fmt: skip
+ZH_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10_000, "亿": 100_000_000}
+ZH_MEASURES = frozenset(
+    "个只天年月日号点元块次岁米斤克吨公里里小时分钟秒周倍层楼张本件位名种家台辆部瓶杯碗份套颗条篇页章节"
+)
+ZH_NOT_NUMBERS = ("十分", "万一", "一下", "一样", "一些", "一直", "一定", "一起", "一般", "一切",
+                  "一点", "统一", "唯一", "万万", "千万", "一旦", "一边", "一向", "一共")  # fmt: skip
+
+NUMBER_WORDS_EN = {
+    "zero": 0, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+    "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
+    "million": 1_000_000, "billion": 1_000_000_000, "dozen": 12, "half": 0.5,
+}  # fmt: skip

@@ -1,0 +1,260 @@
+"""The semantic tier: embed the question, search the index, and serve only what the guards pass.
+
+The decision, in order:
+
+1. cacheability — questions whose answer depends on time or on the asker skip the tier;
+2. top-k candidates above the threshold, searched only among entries of the same namespace,
+   tenant, LLM and conversation context (so a follow-up never matches another conversation's);
+3. the guards, each able to refuse a candidate with a reason; the first candidate that passes
+   and whose stored response is still current (the exact tier resolves it) is the hit;
+4. an optional re-ranker (e.g. a cross-encoder) that reorders and may refuse candidates.
+
+Every decision can be audited: the matched entry, its score and the guards that ran for a hit;
+the top scores and each refusal's reason for a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .audit import AuditLog
+from .embed import Embedder
+from .entry import CacheEntry
+from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable
+from .metrics import Metrics
+from .request import CacheRequest, context_fingerprint
+from .stores.vectors import Candidate, VectorIndex
+
+__all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier"]
+
+log = logging.getLogger(__name__)
+TIER = "semantic"
+
+# Cosine thresholds per embedding model (their similarity scales differ): the lowest threshold
+# at which the whole decision (threshold + guards) kept precision >= 0.95 on the labelled
+# query-like sets, see README "Semantic tier" for the measurement and its command.
+CALIBRATED_THRESHOLDS: dict[str, float] = {
+    "use-m": 0.90,
+    "e5-small-q4": 0.95,
+    "all-MiniLM-L6-v2": 0.90,
+}
+UNCALIBRATED_THRESHOLD = 0.92
+# Raise the bar for high-risk domains, lower it for chit-chat.
+CATEGORY_OFFSETS: dict[str, float] = {
+    "medical": 0.03,
+    "finance": 0.03,
+    "legal": 0.03,
+    "chitchat": -0.03,
+}
+
+Reranker = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+@dataclass(slots=True)
+class SemanticHit:
+    entry: CacheEntry
+    point_id: str
+    score: float
+    question: str  # the cached question it matched
+
+
+@dataclass(slots=True)
+class Decision:
+    """What the tier decided for one lookup (the audit record)."""
+
+    query_hash: str
+    hit: str | None = None
+    score: float | None = None
+    guards: tuple[str, ...] = ()
+    top: list[float] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)
+    skipped: str | None = None
+
+
+class SemanticTier:
+    """Semantic matching over one vector index, one embedder and the guards."""
+
+    def __init__(
+        self,
+        index: VectorIndex,
+        embedder: Embedder,
+        *,
+        threshold: float | None = None,
+        top_k: int = 5,
+        guards: Sequence[Guard] = DEFAULT_GUARDS,
+        cacheable: Callable[[str], bool] = is_cacheable,
+        category_offsets: Mapping[str, float] | None = None,
+        reranker: Reranker | None = None,
+        rerank_threshold: float = 0.5,
+        history_turns: int = 3,
+        max_chars: int = 2000,
+        metrics: Metrics | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.index = index
+        self.embedder = embedder
+        if threshold is None:
+            threshold = CALIBRATED_THRESHOLDS.get(embedder.name)
+            if threshold is None:
+                log.warning(
+                    "tricache: no calibrated threshold for embedder %r; using %.2f — run "
+                    "`tricache calibrate` on your own labelled pairs",
+                    embedder.name,
+                    UNCALIBRATED_THRESHOLD,
+                )
+                threshold = UNCALIBRATED_THRESHOLD
+        if not 0 < threshold <= 1:
+            raise ValueError("threshold must be in (0, 1]")
+        self.threshold = threshold
+        self.top_k = top_k
+        self.guards = tuple(guards)
+        self.cacheable = cacheable
+        self.category_offsets = dict(
+            CATEGORY_OFFSETS if category_offsets is None else category_offsets
+        )
+        self.reranker = reranker
+        self.rerank_threshold = rerank_threshold
+        self.history_turns = history_turns
+        self.max_chars = max_chars
+        self.metrics = metrics or Metrics()
+        self.audit = audit
+
+    # lookup --------------------------------------------------------------------------------
+    def lookup(
+        self, request: CacheRequest, resolve: Callable[[str], CacheEntry | None]
+    ) -> SemanticHit | None:
+        """The best guarded match for ``request``; ``resolve`` turns a stored reference into
+        the current entry (``None`` when it expired or went stale)."""
+        decision = Decision(_hash(request.query))
+        try:
+            return self._decide(request, resolve, decision)
+        finally:
+            if self.audit is not None:
+                self.audit.record(decision)
+
+    def _decide(
+        self,
+        request: CacheRequest,
+        resolve: Callable[[str], CacheEntry | None],
+        decision: Decision,
+    ) -> SemanticHit | None:
+        skip = self._skip_reason(request.query)
+        if skip is not None:
+            decision.skipped = skip
+            self.metrics.incr(TIER, f"skipped_{skip}")
+            return None
+        threshold = self.threshold_for(request.category)
+        vector = self.embedder.embed([request.query])[0]
+        candidates = self.index.search(vector, self._scope(request), self.top_k, threshold)
+        decision.top = [round(c.score, 4) for c in candidates[:3]]
+        candidates = self._rerank(request.query, candidates, decision)
+        for candidate in candidates:
+            question = str(candidate.payload.get("question", ""))
+            reason, ran = check(question, request.query, self.guards)
+            decision.guards = ran
+            if reason is not None:
+                decision.rejected[candidate.id] = reason
+                self.metrics.incr(TIER, f"guard_{reason}")
+                continue
+            entry = resolve(str(candidate.payload.get("ref", "")))
+            if entry is None:  # the response expired or went stale: the point goes too
+                decision.rejected[candidate.id] = "gone"
+                self.index.delete([candidate.id])
+                continue
+            decision.hit, decision.score = candidate.id, round(candidate.score, 4)
+            self.metrics.incr(TIER, "hits")
+            self.metrics.incr(TIER, f"hits_score_{_band(candidate.score)}")
+            return SemanticHit(entry, candidate.id, candidate.score, question)
+        self.metrics.incr(TIER, "misses")
+        return None
+
+    def _skip_reason(self, query: str) -> str | None:
+        if not query.strip():
+            return "empty"
+        if len(query) > self.max_chars:
+            return "too_long"
+        if not self.cacheable(query):
+            return "uncacheable"
+        return None
+
+    def threshold_for(self, category: str | None) -> float:
+        offset = self.category_offsets.get(category, 0.0) if category else 0.0
+        return min(0.999, max(0.0, self.threshold + offset))
+
+    def _rerank(
+        self, query: str, candidates: list[Candidate], decision: Decision
+    ) -> list[Candidate]:
+        if self.reranker is None or not candidates:
+            return candidates
+        questions = [str(c.payload.get("question", "")) for c in candidates]
+        scores = list(self.reranker(query, questions))
+        ranked = sorted(zip(scores, candidates, strict=True), key=lambda sc: -sc[0])
+        kept = []
+        for score, candidate in ranked:
+            if score < self.rerank_threshold:
+                decision.rejected[candidate.id] = "rerank"
+                self.metrics.incr(TIER, "guard_rerank")
+            else:
+                kept.append(candidate)
+        return kept
+
+    def _scope(self, request: CacheRequest) -> dict[str, str]:
+        return {
+            "namespace": request.namespace,
+            "tenant": request.tenant,
+            "llm_key": request.llm_key,
+            "ctx": context_fingerprint(request.system, request.history, self.history_turns),
+        }
+
+    # write ---------------------------------------------------------------------------------
+    def add(self, request: CacheRequest, ref: str, entry: CacheEntry, ttl: float) -> str | None:
+        """Index ``request``'s question as a pointer to the exact entry ``ref``; returns the
+        point id, or ``None`` when the question is not one to match look-alikes against."""
+        skip = self._skip_reason(request.query)
+        if skip is not None or entry.negative:
+            return None
+        vector = self.embedder.embed([request.query])[0]
+        point_id = point_id_for(ref)
+        payload = {
+            **self._scope(request),
+            "question": request.query,
+            "lang": "zh" if _has_cjk(request.query) else "en",
+            "category": entry.category or "",
+            "tags": list(request.tags),
+            "kb_version": entry.kb_version,
+            "watermark": entry.watermark,
+            "expires_at": time.time() + ttl,
+            "verified": False,
+            "ref": ref,
+        }
+        self.index.upsert(point_id, vector, payload)
+        self.metrics.incr(TIER, "writes")
+        return point_id
+
+    def forget(self, point_id: str) -> None:
+        self.index.delete([point_id])
+
+    def clear(self, namespace: str) -> None:
+        self.index.delete_where({"namespace": namespace})
+
+
+def point_id_for(ref: str) -> str:
+    """A stable point id per exact key: rewriting an answer replaces its point."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
+
+
+def _hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _band(score: float) -> str:
+    return f"{int(score * 100) // 2 * 2:02d}"  # 2-point bands: "90", "92", ...
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u3400" <= c <= "\u9fff" for c in text)

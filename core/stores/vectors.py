@@ -1,0 +1,305 @@
+"""Vector indexes for the semantic tier: Qdrant embedded in-process, or a Qdrant server.
+
+Both keep one payload schema and answer the same filtered top-k query, so the semantic tier has
+one code path.  Payload fields (all set by the semantic tier): ``namespace``, ``tenant``,
+``llm_key``, ``ctx`` (context fingerprint), ``question``, ``lang``, ``category``, ``tags``,
+``kb_version``, ``watermark``, ``expires_at``, ``verified`` and ``ref`` (the exact-tier key of
+the stored response).  Searches filter on the keyword fields, which carry payload indexes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+__all__ = ["Candidate", "EdgeIndex", "IndexLocked", "QdrantServerIndex", "VectorIndex"]
+
+log = logging.getLogger(__name__)
+
+FILTER_FIELDS = ("namespace", "tenant", "llm_key", "ctx")
+
+
+class IndexLocked(RuntimeError):
+    """The embedded index is open in another process (only one process may open it)."""
+
+
+@dataclass(slots=True)
+class Candidate:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+class VectorIndex(Protocol):
+    name: str
+
+    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None: ...
+    def search(
+        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
+    ) -> list[Candidate]: ...
+    def delete(self, point_ids: Sequence[str]) -> None: ...
+    def delete_where(self, must: Mapping[str, str]) -> None: ...
+    def delete_expired(self, now: float) -> None: ...
+    def count(self) -> int: ...
+    def close(self) -> None: ...
+
+
+# Embedded: qdrant-edge-py ------------------------------------------------------------------
+class _SharedShard:
+    """One open EdgeShard per directory and process, shared by every cache that uses it."""
+
+    _open: ClassVar[dict[Path, tuple[Any, int]]] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls, path: Path, dim: int) -> Any:
+        from qdrant_edge import (
+            Distance,
+            EdgeConfig,
+            EdgeShard,
+            EdgeVectorParams,
+            KeywordIndexParams,
+            PayloadSchemaType,
+            UpdateOperation,
+        )
+
+        path = path.resolve()
+        with cls._lock:
+            if path in cls._open:
+                shard, users = cls._open[path]
+                cls._open[path] = (shard, users + 1)
+                return shard
+            config = EdgeConfig(vectors=EdgeVectorParams(size=dim, distance=Distance.Cosine))
+            try:
+                if (path / "edge_config.json").exists() or (path / "wal").exists():
+                    shard = EdgeShard.load(str(path))
+                else:
+                    shard = EdgeShard.create(str(path), config)
+                    shard.update(
+                        UpdateOperation.create_field_index(
+                            "tenant", KeywordIndexParams(is_tenant=True)
+                        )
+                    )
+                    for field in ("namespace", "llm_key", "ctx"):
+                        shard.update(
+                            UpdateOperation.create_field_index(field, PayloadSchemaType.Keyword)
+                        )
+                    shard.update(
+                        UpdateOperation.create_field_index("expires_at", PayloadSchemaType.Float)
+                    )
+            except Exception as exc:
+                if "WAL" in str(exc) or "WouldBlock" in str(exc) or "lock" in str(exc).lower():
+                    raise IndexLocked(str(exc)) from exc
+                raise
+            cls._open[path] = (shard, 1)
+            return shard
+
+    @classmethod
+    def release(cls, path: Path) -> None:
+        path = path.resolve()
+        with cls._lock:
+            shard, users = cls._open[path]
+            if users > 1:
+                cls._open[path] = (shard, users - 1)
+                return
+            del cls._open[path]
+        shard.flush()
+        shard.close()
+
+
+class EdgeIndex:
+    """Qdrant's in-process engine (``qdrant-edge-py``), persisted under ``path``.
+
+    New points are searched exhaustively until the shard is optimized into an HNSW segment;
+    ``optimize_every`` new points start that optimization in a background thread, off the
+    request path.  Only one process can open a directory: a second one gets ``IndexLocked``.
+    """
+
+    name = "qdrant-edge"
+
+    def __init__(self, path: str | Path, dim: int, *, optimize_every: int = 5000) -> None:
+        self.path = Path(path)
+        self.dim = dim
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._shard = _SharedShard.acquire(self.path, dim)
+        self._write_lock = threading.Lock()
+        self._optimize_every = optimize_every
+        self._since_optimize = 0
+        self._optimizing = threading.Event()
+
+    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
+        from qdrant_edge import Point, UpdateOperation
+
+        point = Point(point_id, vector.astype(np.float32).tolist(), dict(payload))
+        with self._write_lock:
+            self._shard.update(UpdateOperation.upsert_points([point]))
+            self._since_optimize += 1
+            due = self._since_optimize >= self._optimize_every
+        if due and not self._optimizing.is_set():
+            self._start_optimize()
+
+    def search(
+        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
+    ) -> list[Candidate]:
+        from qdrant_edge import Query, QueryRequest
+
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(vector.astype(np.float32).tolist()),
+            filter=_edge_filter(must),
+            with_payload=True,
+            score_threshold=threshold,
+        )
+        return [
+            Candidate(str(p.id), p.score, dict(p.payload or {})) for p in self._shard.query(request)
+        ]
+
+    def delete(self, point_ids: Sequence[str]) -> None:
+        from qdrant_edge import UpdateOperation
+
+        if point_ids:
+            with self._write_lock:
+                self._shard.update(UpdateOperation.delete_points(list(point_ids)))
+
+    def delete_where(self, must: Mapping[str, str]) -> None:
+        from qdrant_edge import UpdateOperation
+
+        with self._write_lock:
+            self._shard.update(UpdateOperation.delete_points_by_filter(_edge_filter(must)))
+
+    def delete_expired(self, now: float) -> None:
+        from qdrant_edge import FieldCondition, Filter, RangeFloat, UpdateOperation
+
+        expired = Filter(must=[FieldCondition("expires_at", range=RangeFloat(lt=now))])
+        with self._write_lock:
+            self._shard.update(UpdateOperation.delete_points_by_filter(expired))
+
+    def count(self) -> int:
+        from qdrant_edge import CountRequest
+
+        return int(self._shard.count(CountRequest(exact=True)))
+
+    def optimize(self) -> None:
+        """Build the HNSW index now (blocking); searches keep being answered meanwhile."""
+        self._optimizing.set()
+        try:
+            with self._write_lock:
+                self._since_optimize = 0
+            self._shard.optimize()
+        finally:
+            self._optimizing.clear()
+
+    def _start_optimize(self) -> None:
+        def run() -> None:
+            try:
+                self.optimize()
+            except Exception as exc:
+                log.warning("tricache: vector index optimization failed: %s", exc)
+
+        threading.Thread(target=run, name="tricache-optimize", daemon=True).start()
+
+    def close(self) -> None:
+        _SharedShard.release(self.path)
+
+
+def _edge_filter(must: Mapping[str, str]) -> Any:
+    from qdrant_edge import FieldCondition, Filter, MatchValue
+
+    return Filter(must=[FieldCondition(k, match=MatchValue(v)) for k, v in must.items()])
+
+
+# Server or cluster: qdrant-client ----------------------------------------------------------
+class QdrantServerIndex:
+    """A collection on a Qdrant server or cluster, through ``qdrant-client``.
+
+    ``client`` may be any ``QdrantClient`` (a URL, a cluster, or the client's local mode)."""
+
+    name = "qdrant"
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        client: Any = None,
+        collection: str = "tricache",
+        dim: int,
+        timeout: float = 2.0,
+        api_key: str | None = None,
+    ) -> None:
+        from qdrant_client import QdrantClient, models
+
+        self._models = models
+        self.client = client or QdrantClient(url=url, api_key=api_key, timeout=int(max(timeout, 1)))
+        self.collection = collection
+        self.dim = dim
+        if not self.client.collection_exists(collection):
+            self.client.create_collection(
+                collection,
+                vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE),
+            )
+            self.client.create_payload_index(
+                collection,
+                "tenant",
+                models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+            )
+            for field in ("namespace", "llm_key", "ctx"):
+                self.client.create_payload_index(
+                    collection, field, models.PayloadSchemaType.KEYWORD
+                )
+            self.client.create_payload_index(
+                collection, "expires_at", models.PayloadSchemaType.FLOAT
+            )
+
+    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
+        point = self._models.PointStruct(
+            id=point_id, vector=vector.astype(np.float32).tolist(), payload=dict(payload)
+        )
+        self.client.upsert(self.collection, [point], wait=True)
+
+    def search(
+        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
+    ) -> list[Candidate]:
+        response = self.client.query_points(
+            self.collection,
+            query=vector.astype(np.float32).tolist(),
+            query_filter=self._filter(must),
+            limit=limit,
+            score_threshold=threshold,
+            with_payload=True,
+        )
+        return [Candidate(str(p.id), p.score, dict(p.payload or {})) for p in response.points]
+
+    def delete(self, point_ids: Sequence[str]) -> None:
+        if point_ids:
+            self.client.delete(self.collection, list(point_ids))
+
+    def delete_where(self, must: Mapping[str, str]) -> None:
+        self.client.delete(self.collection, self._models.FilterSelector(filter=self._filter(must)))
+
+    def delete_expired(self, now: float) -> None:
+        models = self._models
+        expired = models.Filter(
+            must=[models.FieldCondition(key="expires_at", range=models.Range(lt=now))]
+        )
+        self.client.delete(self.collection, models.FilterSelector(filter=expired))
+
+    def count(self) -> int:
+        return int(self.client.count(self.collection, exact=True).count)
+
+    def _filter(self, must: Mapping[str, str]) -> Any:
+        models = self._models
+        return models.Filter(
+            must=[
+                models.FieldCondition(key=k, match=models.MatchValue(value=v))
+                for k, v in must.items()
+            ]
+        )
+
+    def close(self) -> None:
+        self.client.close()
