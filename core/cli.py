@@ -88,6 +88,146 @@ def demo(
     )
 
 
+PairsFile = Annotated[
+    Path,
+    typer.Argument(
+        exists=True, dir_okay=False, help="TSV/CSV: q1,q2 (or text1,text2), label[, kind, lang]"
+    ),
+]
+EmbedderName = Annotated[
+    str | None,
+    typer.Option("--embedder", help="use-m (default), e5-small-q4, all-MiniLM-L6-v2, or any "
+                 "sentence-transformers model name or path."),
+]  # fmt: skip
+
+
+@app.command("eval-pairs")
+def eval_pairs(
+    pairs_file: PairsFile,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    embedder: EmbedderName = None,
+    threshold: Annotated[float | None, typer.Option(help="Override the threshold.")] = None,
+    no_guards: Annotated[bool, typer.Option("--no-guards", help="Threshold only.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the first N pairs.")] = None,
+) -> None:
+    """Run the whole semantic decision on labelled pairs: store q1, look up q2, score it."""
+    from .evaluate import evaluate_pairs, read_pairs
+
+    pairs = read_pairs(pairs_file, limit=limit)
+    options: dict[str, Any] = {"embedder": embedder, "threshold": threshold}
+    if no_guards:
+        options["guards"] = ()
+    if as_json:
+        print(json.dumps(evaluate_pairs(pairs, **options).as_json()))
+        return
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("pairs", total=len(pairs))
+        report = evaluate_pairs(pairs, on_step=lambda: progress.advance(task), **options)
+    table = Table(title=f"eval-pairs: {pairs_file.name} ({len(pairs)} pairs)")
+    for column in ("slice", "n", "precision", "recall", "false-hit rate"):
+        table.add_column(column, justify="right" if column != "slice" else "left")
+    rows = {"all": report.overall}
+    rows |= {f"kind={k}": v for k, v in report.by_kind.items() if len(report.by_kind) > 1}
+    rows |= {f"lang={k}": v for k, v in report.by_lang.items() if len(report.by_lang) > 1}
+    for name, summary in rows.items():
+        table.add_row(name, str(summary["n"]), *(_fmt(summary[k]) for k in _SUMMARY_KEYS))
+    console.print(table)
+    if report.rejections:
+        console.print(
+            "guard refusals: " + ", ".join(f"{k} {v}" for k, v in report.rejections.items())
+        )
+
+
+_SUMMARY_KEYS = ("precision", "recall", "false_hit_rate")
+
+
+def _fmt(value: object) -> str:
+    return "–" if value is None else f"{float(value):.3f}"  # type: ignore[arg-type]
+
+
+@app.command()
+def calibrate(
+    pairs_file: PairsFile,
+    target_precision: Annotated[float, typer.Option(min=0.5, max=1.0)] = 0.99,
+    embedder: EmbedderName = None,
+    no_guards: Annotated[bool, typer.Option("--no-guards")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of the curves here.")] = None,
+    limit: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Precision, recall and hit rate per threshold; the lowest threshold that meets the target."""
+    from .embed import get_embedder
+    from .evaluate import calibrate as run_calibration
+    from .evaluate import read_pairs
+
+    pairs = read_pairs(pairs_file, limit=limit)
+    model = get_embedder(embedder)
+    result = run_calibration(
+        pairs, model, target_precision=target_precision, **({"guards": ()} if no_guards else {})
+    )
+    table = Table(
+        title=f"calibrate: {pairs_file.name}, {model.name}, guards {'off' if no_guards else 'on'}"
+    )
+    for column in ("threshold", "precision", "recall", "hit rate"):
+        table.add_column(column, justify="right")
+    for row in result.rows:
+        if row["threshold"] >= 0.7:
+            table.add_row(
+                *(f"{row[k]:.3f}" for k in ("threshold", "precision", "recall", "hit_rate"))
+            )
+    console.print(table)
+    if result.chosen is None:
+        console.print(f"[bold red]no threshold reaches precision {target_precision}[/]")
+    else:
+        console.print(
+            f"chosen threshold: [bold]{result.chosen:.2f}[/] (precision ≥ {target_precision})"
+        )
+    if plot is not None:
+        _plot_calibration(result, plot, f"{pairs_file.name} — {model.name}")
+        console.print(f"plot written to {plot}")
+
+
+def _plot_calibration(result: Any, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["threshold"] for r in result.rows]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for key, label in (("precision", "precision"), ("recall", "recall"), ("hit_rate", "hit rate")):
+        ax.plot(xs, [r[key] for r in result.rows], label=label)
+    ax.axhline(result.target_precision, color="grey", linestyle=":", label="target precision")
+    if result.chosen is not None:
+        ax.axvline(
+            result.chosen, color="black", linestyle="--", label=f"chosen {result.chosen:.2f}"
+        )
+    ax.set_xlabel("cosine threshold")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@app.command()
+def audit(
+    last: Annotated[int, typer.Option(help="How many records.")] = 20,
+    feedback: Annotated[bool, typer.Option(help="Show feedback instead of decisions.")] = False,
+    path: Annotated[Path | None, typer.Option(help="audit.sqlite3 (default: data dir)")] = None,
+) -> None:
+    """Show the latest semantic decisions (or feedback) from the audit log."""
+    from .audit import AuditLog
+
+    log_path = path or data_dir() / "audit.sqlite3"
+    if not log_path.exists():
+        console.print(f"no audit log at {log_path}")
+        raise typer.Exit(1)
+    for row in AuditLog(log_path).recent(last, "feedback" if feedback else "decisions"):
+        console.print(json.dumps(row, ensure_ascii=False))
+
+
 @app.command()
 def info() -> None:
     """Show where embedded stores keep their files."""

@@ -95,7 +95,11 @@ class SentenceTransformerEmbedder:
         self.name = Path(model).name if Path(model).exists() else str(model)
         self._model = SentenceTransformer(str(_packaged_path(str(model))), device=device)
         self._batch_size = batch_size
-        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+        dimension = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        self.dim = int(dimension() or 0)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         vectors = self._model.encode(

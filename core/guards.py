@@ -244,6 +244,8 @@ def _stem(word: str) -> str:
         stem = word[:-1]
     elif len(word) > 5 and word.endswith("ing"):
         stem = word[:-3]
+    elif len(word) > 5 and word.endswith("est"):
+        stem = word[:-3]  # fastest → fast
     elif len(word) > 4 and word.endswith("ed"):
         stem = word[:-2]
     if stem != word and len(stem) >= 3 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
@@ -357,15 +359,33 @@ def substitution(a: Analysis, b: Analysis) -> str | None:
 
 
 def _content_stems(a: Analysis) -> list[str]:
+    """Content words, stemmed; numbers are left to the number guard."""
     skip = FILLERS_ZH if a.zh else FILLERS_EN | RELATIONS_EN
-    return [_stem(t) for t in _content(a) if t not in skip and not t.isdigit()]
+    out = []
+    for token in _content(a):
+        if token in skip or token in NUMBER_WORDS_EN or _NUMERIC.fullmatch(token):
+            continue
+        if _CJK.match(token):
+            token = _ZH_NUMERAL_CHARS.sub("", token)  # "三天" → "天"
+            if not token:
+                continue
+        out.append(_stem(token))
+    return out
+
+
+_NUMERIC = re.compile(r"[\d.,]+")
+_ZH_NUMERAL_CHARS = re.compile("[零〇一二两三四五六七八九十百千万亿]")
 
 
 def _unmatched(a: Analysis, b: Analysis) -> set[str]:
-    """Content words of ``a`` that ``b`` lacks (Chinese words count when their characters
-    appear in ``b`` in any segmentation)."""
+    """Content words of ``a`` that ``b`` lacks.  Chinese segmentation varies between two
+    phrasings, so a Chinese word is matched when all its characters occur in ``b``."""
     stems_b = set(_content_stems(b))
-    return {w for w in _content_stems(a) if w not in stems_b and not (a.zh and w in b.text)}
+    return {
+        w
+        for w in _content_stems(a)
+        if w not in stems_b and not (_CJK.match(w) and all(c in b.text for c in w))
+    }
 
 
 DEFAULT_GUARDS: tuple[Guard, ...] = (

@@ -149,13 +149,14 @@ class SemanticTier:
             self.metrics.incr(TIER, f"skipped_{skip}")
             return None
         threshold = self.threshold_for(request.category)
-        vector = self.embedder.embed([request.query])[0]
+        query = _embeddable(request.query)
+        vector = self.embedder.embed([query])[0]
         candidates = self.index.search(vector, self._scope(request), self.top_k, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
-        candidates = self._rerank(request.query, candidates, decision)
+        candidates = self._rerank(query, candidates, decision)
         for candidate in candidates:
             question = str(candidate.payload.get("question", ""))
-            reason, ran = check(question, request.query, self.guards)
+            reason, ran = check(question, query, self.guards)
             decision.guards = ran
             if reason is not None:
                 decision.rejected[candidate.id] = reason
@@ -204,10 +205,12 @@ class SemanticTier:
         return kept
 
     def _scope(self, request: CacheRequest) -> dict[str, str]:
+        """The filter every search applies.  Tenant and LLM key are stored as digests: any
+        string is a valid tenant, and two different ones must never compare equal."""
         return {
             "namespace": request.namespace,
-            "tenant": request.tenant,
-            "llm_key": request.llm_key,
+            "tenant": _hash(request.tenant),
+            "llm_key": _hash(request.llm_key),
             "ctx": context_fingerprint(request.system, request.history, self.history_turns),
         }
 
@@ -218,12 +221,13 @@ class SemanticTier:
         skip = self._skip_reason(request.query)
         if skip is not None or entry.negative:
             return None
-        vector = self.embedder.embed([request.query])[0]
+        question = _embeddable(request.query)
+        vector = self.embedder.embed([question])[0]
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request),
-            "question": request.query,
-            "lang": "zh" if _has_cjk(request.query) else "en",
+            "question": question,
+            "lang": "zh" if _has_cjk(question) else "en",
             "category": entry.category or "",
             "tags": list(request.tags),
             "kb_version": entry.kb_version,
@@ -248,8 +252,14 @@ def point_id_for(ref: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
 
 
+def _embeddable(text: str) -> str:
+    """Lone surrogates cannot be encoded for a model: replace them (the exact key and the
+    guards still see the original text)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _band(score: float) -> str:

@@ -33,3 +33,12 @@ def hold_until_invalidated(options: dict[str, Any], ready: Queue, started: Queue
                 return
             time.sleep(0.005)
         ready.put(None)
+
+
+def open_cache_and_report(path: str, results: Queue) -> None:
+    """Open a cache on a path whose vector index another process holds."""
+    with Cache(path=path) as cache:
+        report = {"semantic": cache.semantic is not None}
+        hit = cache.lookup(cache.request("How do I reset my password?"))
+        report["exact_hit"] = hit is not None and hit.tier == "exact"
+        results.put(report)

@@ -1,0 +1,100 @@
+"""Guards and cacheability rules, English and Chinese, one verdict per example."""
+
+from __future__ import annotations
+
+import pytest
+
+from tricache.guards import analyze, check, is_cacheable
+
+REFUSED = [
+    # (cached question, new question, the guard that must refuse)
+    ("Is it safe to mix these?", "Is it not safe to mix these?", "negation"),
+    ("Why can't I log in?", "Why can I log in?", "negation"),
+    ("你们推荐年付套餐吗？", "你们不推荐年付套餐吗？", "negation"),
+    ("这个功能有用", "这个功能没有用", "negation"),
+    ("How do I enable two-factor authentication?", "How do I disable two-factor authentication?", "antonym"),
+    ("How do I increase my credit limit?", "How do I decrease my credit limit?", "antonym"),
+    ("怎么注册账号", "怎么注销账号", "antonym"),
+    ("怎么开通自动续费", "怎么关闭自动续费", "antonym"),
+    ("It's not fair.", "It's not unfair.", "antonym"),
+    ("What are the advantages of remote work?", "What are the disadvantages of remote work?", "antonym"),
+    ("Where is order 12345?", "Where is order 12346?", "number"),
+    ("Can I get a refund within 3 days?", "Can I get a refund within 30 days?", "number"),
+    ("零点九除以三等于多少", "零点九除以零点三等于多少", "number"),
+    ("三天能到吗", "五天能到吗", "number"),
+    ("How much is the iPhone 15?", "How much is the iPhone 15 Pro?", "entity"),
+    ("北京明天的天气", "上海明天的天气", "entity"),
+    ("When does the store open?", "Where does the store open?", "question_word"),
+    ("Is Python better than Java?", "Is Java better than Python?", "order"),
+    ("A比B好吗", "B比A好吗", "order"),
+    ("flights from Paris to London", "flights from London to Paris", "order"),
+    ("Which is the best haircut?", "Which is the best haircut for women?", "added_content"),
+    ("什么牌子的手表好", "什么牌子的女手表好", "added_content"),
+    ("魔兽世界将军令丢了", "魔兽世界将军令坏了", "substitution"),
+    ("What is the chemistry exam like?", "What is the biology exam like?", "substitution"),
+]  # fmt: skip
+
+PASSED = [
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("How do I reset my password?", "how do i reset my password"),
+    ("How can I lose weight fast?", "What is the fastest way to lose weight?"),
+    ("How do I learn Python?", "What is the best way to learn Python?"),
+    ("怎么重置密码", "密码怎么重置"),
+    ("refund within 3 days", "refund within three days"),
+    ("三天能到吗", "3天能到吗"),
+    ("Why can't I log in?", "Why can I not log in?"),
+    ("what is the difference between A and B", "what is the difference between B and A"),
+    ("Which is the best haircut for man?", "Which is the best haircut for men?"),
+    ("What companies hire remote workers?", "What company hires remote workers?"),
+]
+
+
+@pytest.mark.parametrize(("cached", "new", "guard"), REFUSED)
+def test_look_alikes_are_refused_by_the_right_guard(cached: str, new: str, guard: str) -> None:
+    reason, ran = check(cached, new)
+    assert reason == guard
+    assert ran[-1] in (guard, "wh_word") or guard in ran
+
+
+@pytest.mark.parametrize(("cached", "new"), PASSED)
+def test_paraphrases_pass_every_guard(cached: str, new: str) -> None:
+    assert check(cached, new) == (None, check(cached, new)[1])
+    assert check(cached, new)[0] is None
+    assert check(new, cached)[0] is None  # symmetric
+
+
+def test_guards_are_symmetric_on_refusals() -> None:
+    for cached, new, guard in REFUSED:
+        assert check(new, cached)[0] is not None, (cached, new, guard)
+
+
+def test_analysis_extracts_numbers_entities_and_negations() -> None:
+    a = analyze("我想在北京买两部iPhone 15 Pro，不要二手的，预算三万五千元")
+    assert {"北京", "iphone", "pro"} <= a.entities
+    assert a.numbers == tuple(sorted(["2", "15", "35000"]))
+    assert a.negations == ("不",)
+    assert a.zh
+    e = analyze("Don't charge me twice for 2 orders")
+    assert e.negations == ("not",) and e.numbers == ("2",)
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What's the weather today?", "What is the latest version?", "Where is my order?",
+     "今天北京天气怎么样", "最新的版本是什么", "我的订单到哪了", "What time is it now?"],
+)  # fmt: skip
+def test_time_or_asker_dependent_questions_are_not_cacheable(question: str) -> None:
+    assert not is_cacheable(question)
+
+
+@pytest.mark.parametrize(
+    "question", ["How do I reset my password?", "怎么重置密码", "What is a mortgage?"]
+)
+def test_stable_questions_are_cacheable(question: str) -> None:
+    assert is_cacheable(question)
+
+
+@pytest.mark.parametrize("text", ["", " ", "\ud800", "\x00\x01", "😀" * 50, "a" * 100_000])
+def test_odd_input_never_crashes_the_guards(text: str) -> None:
+    reason, _ = check(text, "How do I reset my password?")
+    assert reason is None or isinstance(reason, str)

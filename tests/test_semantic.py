@@ -1,0 +1,257 @@
+"""The semantic tier in the full cache: real packaged embedder, real embedded Qdrant engine."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tricache import Cache
+from tricache.embed import CachedEmbedder, get_embedder
+from tricache.stores.vectors import EdgeIndex
+
+from procs import open_cache_and_report
+
+spawn = multiprocessing.get_context("spawn")
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[Cache]:
+    with Cache(path=tmp_path / "l2.sqlite3", namespace="sem") as c:
+        yield c
+
+
+def _store(cache: Cache, question: str, answer: str, **kw: object) -> None:
+    assert cache.update(cache.request(question, **kw), answer)  # type: ignore[arg-type]
+
+
+def test_paraphrase_is_served_and_look_alikes_are_not(cache: Cache) -> None:
+    _store(cache, "How do I reset my password?", "Use 'Forgot password'.")
+    hit = cache.lookup(cache.request("How can I reset my password?"))
+    assert hit is not None and hit.tier == "semantic" and hit.level == "qdrant-edge"
+    assert hit.text == "Use 'Forgot password'." and 0.9 <= hit.score <= 1.0  # type: ignore[operator]
+    assert hit.matched_question == "How do I reset my password?"
+    for look_alike in [
+        "How do I not reset my password?",
+        "How do I reset my email?",
+        "How do I reset my password on iPhone 15?",
+    ]:
+        assert cache.lookup(cache.request(look_alike)) is None, look_alike
+    refusals = cache.stats()["semantic"]
+    assert refusals.get("guard_negation", 0) >= 1
+
+
+def test_chinese_paraphrase_and_look_alikes(cache: Cache) -> None:
+    _store(cache, "怎么开通自动续费？", "在设置里打开自动续费。")
+    assert cache.lookup(cache.request("自动续费怎么开通")) is not None
+    assert cache.lookup(cache.request("怎么关闭自动续费？")) is None
+
+
+def test_tenants_never_see_each_other(cache: Cache) -> None:
+    _store(cache, "What is my plan?", "alice: Pro", tenant="alice")
+    assert cache.lookup(cache.request("What's my plan?", tenant="bob")) is None
+    assert cache.lookup(cache.request("What's my plan?", tenant="alice")) is not None
+    # tenants that differ only in characters a model cannot encode stay apart
+    _store(cache, "What is my plan?", "surrogate tenant", tenant="t\ud800")
+    hit = cache.lookup(cache.request("What's my plan?", tenant="t\udbff"))
+    assert hit is None
+
+
+def test_follow_ups_match_only_within_their_conversation(cache: Cache) -> None:
+    chat_a = [("user", "Tell me about the Pro plan"), ("assistant", "It costs $20.")]
+    chat_b = [("user", "Tell me about the Basic plan"), ("assistant", "It costs $5.")]
+    _store(cache, "Does it include support?", "Pro includes support.", history=chat_a)
+    assert cache.lookup(cache.request("Is support included?", history=chat_b)) is None
+    assert cache.lookup(cache.request("Is support included?")) is None  # first turn
+    hit = cache.lookup(cache.request("Is support included?", history=chat_a))
+    assert hit is not None and hit.text == "Pro includes support."
+
+
+def test_other_llm_and_other_system_prompt_do_not_match(cache: Cache) -> None:
+    _store(cache, "How do I reset my password?", "A", llm_key="model-a", system="Be brief.")
+    assert cache.lookup(cache.request("How can I reset my password?", llm_key="model-b", system="Be brief.")) is None  # fmt: skip
+    assert cache.lookup(cache.request("How can I reset my password?", llm_key="model-a", system="Be verbose.")) is None  # fmt: skip
+
+
+def test_time_dependent_questions_skip_the_semantic_tier(cache: Cache) -> None:
+    _store(cache, "What's the weather in Paris today?", "Sunny.")
+    assert cache.lookup(cache.request("What is the weather in Paris today?")) is None
+    assert cache.stats()["semantic"]["skipped_uncacheable"] >= 1
+    # the exact tier still serves an exact repeat
+    assert cache.lookup(cache.request("what's the weather in paris today")) is not None
+
+
+def test_semantic_entries_survive_a_restart(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "l2.sqlite3", namespace="sem") as first:
+        _store(first, "How do I export my data to CSV?", "Settings > Export.")
+    with Cache(path=tmp_path / "l2.sqlite3", namespace="sem") as second:
+        hit = second.lookup(second.request("How can I export my data to CSV?"))
+        assert hit is not None and hit.tier == "semantic"
+
+
+def test_stale_responses_are_not_served_and_their_points_go(cache: Cache) -> None:
+    _store(cache, "How do I export my data to CSV?", "Settings > Export.")
+    assert cache.semantic is not None
+    paraphrase = cache.request("How can I export my data to CSV?")
+    assert cache.lookup(paraphrase) is not None
+    cache.exact.l1.clear()
+    points_before = cache.semantic.index.count()
+    cache.bump_kb_version()
+    assert cache.lookup(paraphrase) is None
+    assert cache.semantic.index.count() == points_before - 1
+
+
+def test_exact_only_and_negative_entries_are_not_indexed(cache: Cache) -> None:
+    assert cache.update(cache.request("Call the weather tool for Paris"), "{tool}", semantic=False)
+    assert cache.update(cache.request("Something with no answer"), "", negative=True)
+    assert cache.semantic is not None and cache.semantic.index.count() == 0
+    assert cache.lookup(cache.request("Call the weather tool for Paris please")) is None
+
+
+def test_feedback_removes_a_wrong_semantic_match(cache: Cache) -> None:
+    _store(cache, "How do I delete a project?", "Project settings > Delete.")
+    hit = cache.lookup(cache.request("How can I delete a project?"))
+    assert hit is not None and hit.tier == "semantic"
+    cache.feedback(hit.entry_id, correct=False)
+    assert cache.lookup(cache.request("How can I delete a project?")) is None
+    # the exact entry still answers its own question
+    assert cache.lookup(cache.request("How do I delete a project?")) is not None
+    audit = cache.semantic.audit  # type: ignore[union-attr]
+    assert audit is not None
+    rows = audit.recent(5, "feedback")
+    assert rows[0]["correct"] == 0 and rows[0]["cached_question"] == "How do I delete a project?"
+    with pytest.raises(TypeError):
+        cache.feedback("", correct=True)
+
+
+def test_audit_records_hits_and_refusals(cache: Cache) -> None:
+    _store(cache, "How do I enable dark mode?", "Settings > Display.")
+    cache.lookup(cache.request("How can I enable dark mode?"))
+    cache.lookup(cache.request("How do I disable dark mode?"))
+    rows = cache.semantic.audit.recent(2)  # type: ignore[union-attr]
+    refused, hit = rows[0], rows[1]
+    assert hit["hit"] and hit["score"] > 0.9 and "negation" in hit["guards"]
+    assert refused["hit"] is None and "antonym" in refused["rejected"]
+
+
+def test_category_raises_the_bar_for_high_risk_domains(cache: Cache) -> None:
+    assert cache.semantic is not None
+    base = cache.semantic.threshold
+    assert cache.semantic.threshold_for("medical") > base > cache.semantic.threshold_for("chitchat")
+
+
+def test_a_reranker_can_refuse_candidates(tmp_path: Path) -> None:
+    calls: list[tuple[str, Sequence[str]]] = []
+
+    def strict(query: str, questions: Sequence[str]) -> list[float]:
+        calls.append((query, questions))
+        return [0.0 for _ in questions]
+
+    with Cache(path=tmp_path / "r.sqlite3", reranker=strict) as cache:
+        _store(cache, "How do I reset my password?", "A")
+        assert cache.lookup(cache.request("How can I reset my password?")) is None
+        assert calls and calls[0][1] == ["How do I reset my password?"]
+        assert cache.stats()["semantic"]["guard_rerank"] == 1
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\ud800 reset password", "a" * 1_000_000, "\x00\x07"])
+def test_bad_input_is_a_safe_miss(cache: Cache, query: str) -> None:
+    _store(cache, "How do I reset my password?", "A")
+    request = cache.request(query)
+    assert cache.lookup(request) is None
+    assert cache.update(request, "answer") is True
+    assert cache.stats().get("cache", {}) == {}  # no error was swallowed on the way
+
+
+def test_second_process_gets_a_clear_path_not_a_crash(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "l2.sqlite3") as holder:
+        _store(holder, "How do I reset my password?", "A")  # the shard is now open here
+        results = spawn.Queue()
+        child = spawn.Process(
+            target=open_cache_and_report, args=(str(tmp_path / "l2.sqlite3"), results)
+        )
+        child.start()
+        report = results.get(timeout=120)
+        child.join(60)
+    assert child.exitcode == 0
+    assert report["semantic"] is False  # off, with one warning in its log
+    assert report["exact_hit"] is True  # the exact tier still serves the shared SQLite
+
+
+def test_qdrant_server_path_with_the_same_payload_and_filters(tmp_path: Path) -> None:
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(location=":memory:")  # qdrant-client's own engine, same API as a server
+    with Cache(path=tmp_path / "l2.sqlite3", qdrant_client=client) as cache:
+        _store(cache, "How do I reset my password?", "A", tenant="x")
+        hit = cache.lookup(cache.request("How can I reset my password?", tenant="x"))
+        assert hit is not None and hit.level == "qdrant"
+        assert cache.lookup(cache.request("How can I reset my password?", tenant="y")) is None
+        assert cache.lookup(cache.request("How do I not reset my password?", tenant="x")) is None
+        points = client.scroll(cache.semantic.index.collection, limit=10)[0]  # type: ignore[union-attr]
+        payload = points[0].payload
+        assert set(payload) >= {"namespace", "tenant", "llm_key", "ctx", "question", "ref",
+                                "kb_version", "watermark", "expires_at", "verified", "lang"}  # fmt: skip
+
+
+def test_embedded_index_shares_one_shard_per_process(tmp_path: Path) -> None:
+    a = EdgeIndex(tmp_path / "v", 4)
+    b = EdgeIndex(tmp_path / "v", 4)  # a second cache in the same process
+    a.upsert("00000000-0000-0000-0000-000000000001", np.ones(4, np.float32), {"x": "1"})
+    assert b.count() == 1
+    a.close()
+    assert b.count() == 1  # still open for b
+    b.close()
+
+
+def test_embedder_lru_embeds_each_text_once() -> None:
+    class Counting:
+        name, dim = "counting", 3
+
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            self.calls.append(list(texts))
+            return np.ones((len(texts), 3), np.float32)
+
+    inner = Counting()
+    cached = CachedEmbedder(inner, maxsize=2)
+    cached.embed(["a", "b", "a"])
+    cached.embed(["a", "b"])
+    assert inner.calls == [["a", "b"]]
+    cached.embed(["c"])  # evicts "a"
+    cached.embed(["a"])
+    assert inner.calls[-1] == ["a"]
+
+
+@pytest.mark.parametrize("name", ["use-m", "e5-small-q4", "all-MiniLM-L6-v2"])
+def test_packaged_embedders_load_offline_and_rank_paraphrases_first(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    embedder = get_embedder(name)
+    vectors = embedder.embed(
+        ["How do I reset my password?", "How can I reset my password?", "Best pizza in Rome"]
+    )
+    assert vectors.shape == (3, embedder.dim) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_unknown_embedder_falls_back_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from tricache.semantic import UNCALIBRATED_THRESHOLD, SemanticTier
+
+    class Plain:
+        name, dim = "my-model", 3
+
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            return np.ones((len(texts), 3), np.float32)
+
+    with caplog.at_level(logging.WARNING):
+        tier = SemanticTier(index=None, embedder=Plain())  # type: ignore[arg-type]
+    assert tier.threshold == UNCALIBRATED_THRESHOLD and "calibrate" in caplog.text
