@@ -73,8 +73,11 @@ def test_follow_ups_match_only_within_their_conversation(cache: Cache) -> None:
 
 def test_other_llm_and_other_system_prompt_do_not_match(cache: Cache) -> None:
     _store(cache, "How do I reset my password?", "A", llm_key="model-a", system="Be brief.")
-    assert cache.lookup(cache.request("How can I reset my password?", llm_key="model-b", system="Be brief.")) is None  # fmt: skip
-    assert cache.lookup(cache.request("How can I reset my password?", llm_key="model-a", system="Be verbose.")) is None  # fmt: skip
+    question = "How can I reset my password?"
+    other_llm = cache.request(question, llm_key="model-b", system="Be brief.")
+    other_system = cache.request(question, llm_key="model-a", system="Be verbose.")
+    assert cache.lookup(other_llm) is None and cache.lookup(other_system) is None
+    assert cache.lookup(cache.request(question, llm_key="model-a", system="Be brief.")) is not None
 
 
 def test_time_dependent_questions_skip_the_semantic_tier(cache: Cache) -> None:
@@ -194,8 +197,8 @@ def test_qdrant_server_path_with_the_same_payload_and_filters(tmp_path: Path) ->
         assert cache.lookup(cache.request("How do I not reset my password?", tenant="x")) is None
         points = client.scroll(cache.semantic.index.collection, limit=10)[0]  # type: ignore[union-attr]
         payload = points[0].payload
-        assert set(payload) >= {"namespace", "tenant", "llm_key", "ctx", "question", "ref",
-                                "kb_version", "watermark", "expires_at", "verified", "lang"}  # fmt: skip
+        expected = "namespace tenant llm_key ctx question ref kb_version watermark expires_at"
+        assert set(payload) >= {*expected.split(), "verified", "lang"}
 
 
 def test_embedded_index_shares_one_shard_per_process(tmp_path: Path) -> None:
