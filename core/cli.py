@@ -14,10 +14,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from .home import data_dir
+from .metrics import Metrics
 from .stack import Cache
 
 app = typer.Typer(help="TriCache: a three-tier cache for LLM calls.", no_args_is_help=True)
-console = Console()
+console = Console(soft_wrap=True)
 
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", help="Shared L2 on Redis instead of SQLite.")
@@ -46,7 +47,8 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="tricache-demo-") as tmp:
         store_path = path or Path(tmp) / "demo.sqlite3"
         namespace = f"demo-{seed}"
-        workers = [_open(redis_url, store_path, namespace) for _ in range(2)]
+        metrics = Metrics()  # one set of counters for both workers
+        workers = [_open(redis_url, store_path, namespace, metrics=metrics) for _ in range(2)]
         workers[0].clear()  # a fresh start, so the numbers mean the same every run
         console.print(
             f"L2: [bold]{workers[0].exact.store_name}[/]; {requests} requests, half through "
@@ -62,29 +64,33 @@ def demo(
                 on_step=lambda: progress.advance(task),
             )
         stats = workers[0].stats()["exact"]
+        semantic = workers[0].stats().get("semantic", {})
         if redis_url:
             workers[0].clear()  # leave no demo entries in a shared Redis
         for worker in workers:
             worker.close()
 
-    table = Table(title="tricache demo: exact tier")
-    table.add_column("request kind")
-    table.add_column("requests", justify="right")
-    table.add_column("cache hits", justify="right")
-    for kind, (count, hits) in sorted(report.by_kind.items()):
-        table.add_row(kind, str(count), str(hits))
+    table = Table(title="tricache demo")
+    for column in ("request kind", "requests", "served from cache", "wrong answers"):
+        table.add_column(column, justify="left" if column == "request kind" else "right")
+    order = ["first", "look-alike", "repeat", "rewrite", "paraphrase"]
+    for kind in sorted(report.by_kind, key=order.index):
+        count, hits, wrong = report.by_kind[kind]
+        table.add_row(kind, str(count), str(hits), str(wrong))
     console.print(table)
     saved = report.requests - report.llm_calls
     lookup = sorted(report.lookup_ms)
     console.print(
         f"LLM calls: {report.llm_calls} of {report.requests} "
         f"([bold green]{saved / report.requests:.0%} saved[/]); "
-        f"hits: L1 {report.hits.get('l1', 0)}, L2 {report.hits.get('l2', 0)}; "
+        f"hits: L1 {report.hits.get('l1', 0)}, L2 {report.hits.get('l2', 0)}, "
+        f"semantic {report.hits.get('semantic', 0)}; "
         f"[bold]wrong answers served: {report.wrong_hits}[/]\n"
         f"lookup latency: median {statistics.median(lookup) * 1e3:.0f} µs, "
         f"p95 {lookup[int(len(lookup) * 0.95)] * 1e3:.0f} µs; "
         f"wall time {report.wall_s:.2f} s vs {report.no_cache_s:.2f} s without the cache\n"
-        f"bloom filter: {stats.get('bloom_skips', 0)} L2 round trips saved"
+        f"bloom filter: {stats.get('bloom_skips', 0)} L2 round trips saved; guards refused "
+        f"{sum(v for k, v in semantic.items() if k.startswith('guard_'))} look-alike candidates"
     )
 
 

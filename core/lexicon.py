@@ -90,7 +90,7 @@ FILLERS_EN = _words(
     "need possible possibly somebody sort tell thing things use used using want"
 )
 FILLERS_ZH = _words(
-    "一下 一个 具体 到底 可不可以 吧 呀 告诉 呢 啊 应该 是不是 有没有 知道 究竟 请问 这个 那个 需要"
+    "一下 一个 具体 到底 可不可以 吧 呀 告诉 呢 啊 应该 是不是 有没有 知道 究竟 请问 这个 那个 需要 是否 才 才能 能否 可否 会 得 过 着 已经 就是"
 )
 
 # Relation words: they order the question (order guard) but are not content of their own.

@@ -20,8 +20,9 @@ runner = CliRunner()
 def test_demo_saves_calls_and_serves_no_wrong_answer() -> None:
     result = runner.invoke(app, ["demo", "--requests", "120", "--llm-latency", "0"])
     assert result.exit_code == 0, result.output
-    assert "wrong answers served: 0" in result.output
-    calls, total = result.output.split("LLM calls: ")[1].split(" (")[0].split(" of ")
+    output = " ".join(result.output.split())
+    assert "wrong answers served: 0" in output
+    calls, total = output.split("LLM calls: ")[1].split(" (")[0].split(" of ")
     assert int(total) == 120 and 0 < int(calls) < 40
     assert "L2" in result.output
 
@@ -31,7 +32,9 @@ def test_demo_on_redis(namespace: str) -> None:
         app, ["demo", "-r", "60", "--llm-latency", "0", "--redis-url", REDIS_URL, "--seed", "3"]
     )
     assert result.exit_code == 0, result.output
-    assert "L2: redis" in result.output and "wrong answers served: 0" in result.output
+    output = " ".join(result.output.split())
+    assert "L2: redis" in output and "wrong answers served: 0" in output
+    assert "look-alike" in output and "paraphrase" in output
 
 
 def test_invalidate_bump_evict_and_clear(tmp_path: Path) -> None:
