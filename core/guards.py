@@ -73,35 +73,45 @@ def analyze(question: str) -> Analysis:
     """Analyze a question (memoized: cached questions are analyzed again on every lookup)."""
     folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
     zh = bool(_CJK.search(folded))
-    words = _tokens(folded, zh)
+    words, names = _tokens(folded, zh)
     return Analysis(
         text=folded,
         zh=zh,
         tokens=words,
         negations=_negations(folded, words),
         numbers=_numbers(folded, words),
-        entities=_entities(question, folded, zh),
+        entities=_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
     )
 
 
-def _tokens(folded: str, zh: bool) -> tuple[str, ...]:
+def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
+    """Words in order, and the Chinese names (person, place, organization, other proper
+    noun) that jieba's tagger finds along the way (one pass does both)."""
     text = re.sub(r"(\w)n[’']t\b", r"\1 n't", folded)  # "can't" → "ca n't", "don't" → "do n't"
     words: list[str] = []
+    names: set[str] = set()
     for word in _WORD.findall(text):
         if zh and _CJK.match(word):
-            words.extend(_jieba().lcut(word))
+            for token in _tagger().lcut(word):
+                words.append(token.word)
+                if token.flag in _NAME_TAGS and len(token.word) > 1:
+                    names.add(token.word)
         else:
             words.append(word.replace("’", "'").removesuffix("'s"))
-    return tuple(words)
+    return tuple(words), frozenset(names)
+
+
+_NAME_TAGS = frozenset(("nr", "ns", "nt", "nz", "nrt", "nrfg"))
 
 
 @lru_cache(maxsize=1)
-def _jieba():  # type: ignore[no-untyped-def]
+def _tagger():  # type: ignore[no-untyped-def]
     import jieba
+    import jieba.posseg
 
     jieba.setLogLevel(logging.WARNING)
-    return jieba
+    return jieba.posseg
 
 
 def _negations(folded: str, words: Sequence[str]) -> tuple[str, ...]:
@@ -159,10 +169,9 @@ def _zh_value(numeral: str) -> float:
     return value
 
 
-def _entities(original: str, folded: str, zh: bool) -> frozenset[str]:
-    """Names, product variants and codes: mixed letters+digits, acronyms, CamelCase, and
-    capitalized words not at a sentence start (ignored in Title Case Text).  Chinese: jieba's
-    person, place, organization and other-name tags."""
+def _entities(original: str) -> frozenset[str]:
+    """Names, product variants and codes in Latin script: mixed letters+digits, acronyms,
+    CamelCase, and capitalized words not at a sentence start (ignored in Title Case Text)."""
     found: set[str] = set()
     raw = unicodedata.normalize("NFKC", original)
     matches = list(_LATIN_WORD.finditer(raw))
@@ -179,12 +188,6 @@ def _entities(original: str, folded: str, zh: bool) -> frozenset[str]:
             or (word[0].isupper() and not title_case and not sentence_start and word != "I")
         ):
             found.add(word.casefold())
-    if zh:
-        import jieba.posseg
-
-        for token in jieba.posseg.lcut(folded):
-            if token.flag in ("nr", "ns", "nt", "nz", "nrt", "nrfg") and len(token.word) > 1:
-                found.add(token.word)
     return frozenset(found)
 
 

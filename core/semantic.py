@@ -153,7 +153,8 @@ class SemanticTier:
         threshold = self.threshold_for(request.category)
         query = _embeddable(request.query)
         vector = self.embedder.embed([query])[0]
-        candidates = self.index.search(vector, self._scope(request), self.top_k, threshold)
+        scope = {"scope": self._scope(request)["scope"]}
+        candidates = self.index.search(vector, scope, self.top_k, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(query, candidates, decision)
         for candidate in candidates:
@@ -207,14 +208,17 @@ class SemanticTier:
         return kept
 
     def _scope(self, request: CacheRequest) -> dict[str, str]:
-        """The filter every search applies.  Tenant and LLM key are stored as digests: any
-        string is a valid tenant, and two different ones must never compare equal."""
-        return {
+        """Who may match whom: namespace, tenant, LLM and conversation context, each stored,
+        and ``scope`` — one digest of all four, the single keyword every search filters on
+        (one indexed match is cheaper than four).  Tenant and LLM key are stored as digests:
+        any string is a valid tenant, and two different ones must never compare equal."""
+        fields = {
             "namespace": request.namespace,
             "tenant": _hash(request.tenant),
             "llm_key": _hash(request.llm_key),
             "ctx": context_fingerprint(request.system, request.history, self.history_turns),
         }
+        return {**fields, "scope": _hash("\x1f".join(fields.values()))}
 
     # write ---------------------------------------------------------------------------------
     def add(self, request: CacheRequest, ref: str, entry: CacheEntry, ttl: float) -> str | None:

@@ -1,10 +1,12 @@
 """Vector indexes for the semantic tier: Qdrant embedded in-process, or a Qdrant server.
 
 Both keep one payload schema and answer the same filtered top-k query, so the semantic tier has
-one code path.  Payload fields (all set by the semantic tier): ``namespace``, ``tenant``,
-``llm_key``, ``ctx`` (context fingerprint), ``question``, ``lang``, ``category``, ``tags``,
-``kb_version``, ``watermark``, ``expires_at``, ``verified`` and ``ref`` (the exact-tier key of
-the stored response).  Searches filter on the keyword fields, which carry payload indexes.
+one code path.  Payload fields (all set by the semantic tier): ``scope`` (one digest of
+namespace, tenant, LLM and context: what every search filters on), ``namespace``, ``tenant``,
+``llm_key``, ``ctx``, ``question``, ``lang``, ``category``, ``tags``, ``kb_version``,
+``watermark``, ``expires_at``, ``verified`` and ``ref`` (the exact-tier key of the stored
+response).  ``scope`` carries a tenant-style keyword index, ``namespace`` and ``expires_at``
+plain indexes (bulk deletes).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ __all__ = ["Candidate", "EdgeIndex", "IndexLocked", "QdrantServerIndex", "Vector
 
 log = logging.getLogger(__name__)
 
-FILTER_FIELDS = ("namespace", "tenant", "llm_key", "ctx")
+# What a search returns of each candidate's payload: all the decision needs.
+SEARCH_FIELDS = ("question", "ref")
 
 
 class IndexLocked(RuntimeError):
@@ -81,18 +84,13 @@ class _SharedShard:
                     shard = EdgeShard.load(str(path))
                 else:
                     shard = EdgeShard.create(str(path), config)
-                    shard.update(
-                        UpdateOperation.create_field_index(
-                            "tenant", KeywordIndexParams(is_tenant=True)
-                        )
-                    )
-                    for field in ("namespace", "llm_key", "ctx"):
-                        shard.update(
-                            UpdateOperation.create_field_index(field, PayloadSchemaType.Keyword)
-                        )
-                    shard.update(
-                        UpdateOperation.create_field_index("expires_at", PayloadSchemaType.Float)
-                    )
+                    indexes = [
+                        ("scope", KeywordIndexParams(is_tenant=True)),
+                        ("namespace", PayloadSchemaType.Keyword),
+                        ("expires_at", PayloadSchemaType.Float),
+                    ]
+                    for field, schema in indexes:
+                        shard.update(UpdateOperation.create_field_index(field, schema))
             except Exception as exc:
                 if "WAL" in str(exc) or "WouldBlock" in str(exc) or "lock" in str(exc).lower():
                     raise IndexLocked(str(exc)) from exc
@@ -153,7 +151,7 @@ class EdgeIndex:
             limit=limit,
             query=Query.Nearest(vector.astype(np.float32).tolist()),
             filter=_edge_filter(must),
-            with_payload=True,
+            with_payload=list(SEARCH_FIELDS),
             score_threshold=threshold,
         )
         return [
@@ -245,13 +243,12 @@ class QdrantServerIndex:
             )
             self.client.create_payload_index(
                 collection,
-                "tenant",
+                "scope",
                 models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
             )
-            for field in ("namespace", "llm_key", "ctx"):
-                self.client.create_payload_index(
-                    collection, field, models.PayloadSchemaType.KEYWORD
-                )
+            self.client.create_payload_index(
+                collection, "namespace", models.PayloadSchemaType.KEYWORD
+            )
             self.client.create_payload_index(
                 collection, "expires_at", models.PayloadSchemaType.FLOAT
             )
@@ -271,7 +268,7 @@ class QdrantServerIndex:
             query_filter=self._filter(must),
             limit=limit,
             score_threshold=threshold,
-            with_payload=True,
+            with_payload=list(SEARCH_FIELDS),
         )
         return [Candidate(str(p.id), p.score, dict(p.payload or {})) for p in response.points]
 
