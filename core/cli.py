@@ -117,9 +117,9 @@ def eval_pairs(
     limit: Annotated[int | None, typer.Option(help="Only the first N pairs.")] = None,
 ) -> None:
     """Run the whole semantic decision on labelled pairs: store q1, look up q2, score it."""
-    from .evaluate import evaluate_pairs, read_pairs
+    from .evaluate import evaluate_pairs
 
-    pairs = read_pairs(pairs_file, limit=limit)
+    pairs = _read_pairs(pairs_file, limit)
     options: dict[str, Any] = {"embedder": embedder, "threshold": threshold}
     if no_guards:
         options["guards"] = ()
@@ -147,6 +147,16 @@ def eval_pairs(
 _SUMMARY_KEYS = ("precision", "recall", "false_hit_rate")
 
 
+def _read_pairs(path: Path, limit: int | None) -> list[Any]:
+    from .evaluate import read_pairs
+
+    try:
+        return read_pairs(path, limit=limit)
+    except (ValueError, KeyError) as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
 def _fmt(value: object) -> str:
     return "–" if value is None else f"{float(value):.3f}"  # type: ignore[arg-type]
 
@@ -163,9 +173,8 @@ def calibrate(
     """Precision, recall and hit rate per threshold; the lowest threshold that meets the target."""
     from .embed import get_embedder
     from .evaluate import calibrate as run_calibration
-    from .evaluate import read_pairs
 
-    pairs = read_pairs(pairs_file, limit=limit)
+    pairs = _read_pairs(pairs_file, limit)
     model = get_embedder(embedder)
     result = run_calibration(
         pairs, model, target_precision=target_precision, **({"guards": ()} if no_guards else {})

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from .audit import AuditLog
 from .breaker import CircuitBreaker
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
-from .guards import DEFAULT_GUARDS, Guard
+from .guards import DEFAULT_GUARDS, Guard, is_cacheable
 from .home import data_dir
 from .metrics import Metrics
 from .policy import TtlPolicy
@@ -86,6 +86,7 @@ class Cache:
         top_k: int = 5,
         guards: Sequence[Guard] = DEFAULT_GUARDS,
         reranker: Reranker | None = None,
+        cacheable: Callable[[str], bool] | None = None,
         audit: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
@@ -116,6 +117,7 @@ class Cache:
                 top_k=top_k,
                 guards=guards,
                 reranker=reranker,
+                cacheable=cacheable,
                 audit=audit,
                 history_turns=history_turns,
             )
@@ -458,6 +460,7 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
         top_k=options["top_k"],
         guards=options["guards"],
         reranker=options["reranker"],
+        cacheable=options["cacheable"] or is_cacheable,
         history_turns=options["history_turns"],
         metrics=metrics,
         audit=audit,

@@ -59,3 +59,48 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     env = {**os.environ, "TRICACHE_HOME": str(tmp_path / "home")}
     out = subprocess.run(["tricache", "info"], capture_output=True, text=True, env=env, check=True)
     assert str(tmp_path / "home") in out.stdout.replace("\n", "")
+
+
+PAIRS = """q1\tq2\tlabel\tkind
+How do I reset my password?\tHow can I reset my password?\t1\tparaphrase
+How do I enable dark mode?\tHow do I disable dark mode?\t0\tantonym
+Is it safe to mix bleach and vinegar?\tIs it not safe to mix bleach and vinegar?\t0\tnegation
+怎么开通发票服务？\t发票服务怎么开通？\t1\tparaphrase
+A套餐比B套餐好吗？\tB套餐比A套餐好吗？\t0\torder
+"""
+
+
+def test_eval_pairs_scores_the_whole_decision(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(PAIRS, encoding="utf-8")
+    result = runner.invoke(app, ["eval-pairs", str(pairs), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["pairs"] == 5
+    assert report["false_hit_rate"] == 0.0 and report["recall"] == 1.0
+    assert report["by_kind"]["negation"]["false_hit_rate"] == 0.0
+    assert set(report["by_lang"]) == {"en", "zh"}
+    # the peers' rule, for comparison: a plain threshold serves the look-alikes
+    plain = runner.invoke(app, ["eval-pairs", str(pairs), "--json", "--no-guards",
+                                "--threshold", "0.8"])  # fmt: skip
+    assert json.loads(plain.output)["false_hit_rate"] > 0.5
+
+
+def test_calibrate_prints_a_table_and_writes_a_plot(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(PAIRS, encoding="utf-8")
+    plot = tmp_path / "curve.png"
+    result = runner.invoke(
+        app, ["calibrate", str(pairs), "--target-precision", "0.9", "--plot", str(plot)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "chosen threshold" in result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_pairs_file_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a\tb\nx\ty\n", encoding="utf-8")
+    result = runner.invoke(app, ["eval-pairs", str(bad)])
+    assert result.exit_code == 2
+    assert "need columns" in result.output

@@ -88,6 +88,17 @@ def test_time_dependent_questions_skip_the_semantic_tier(cache: Cache) -> None:
     assert cache.lookup(cache.request("what's the weather in paris today")) is not None
 
 
+def test_a_custom_cacheability_classifier_replaces_the_rules(tmp_path: Path) -> None:
+    def never_about_prices(question: str) -> bool:
+        return "price" not in question.lower()
+
+    with Cache(path=tmp_path / "c.sqlite3", cacheable=never_about_prices) as cache:
+        _store(cache, "What is the price of the Pro plan?", "$20")
+        assert cache.lookup(cache.request("What's the price of the Pro plan?")) is None
+        _store(cache, "What's the weather like in Paris today?", "Sunny")  # the rules' "today"
+        assert cache.lookup(cache.request("What is the weather like in Paris today?")) is not None
+
+
 def test_semantic_entries_survive_a_restart(tmp_path: Path) -> None:
     with Cache(path=tmp_path / "l2.sqlite3", namespace="sem") as first:
         _store(first, "How do I export my data to CSV?", "Settings > Export.")
