@@ -127,6 +127,7 @@ class Cache:
         self._semantic: SemanticTier | None = None
         self._semantic_lock = threading.Lock()
         self._semantic_breaker = CircuitBreaker()
+        self._semantic_retry_at = 0.0
         self._recent_hits: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
@@ -356,9 +357,16 @@ class Cache:
     def semantic(self) -> SemanticTier | None:
         """The semantic tier, built on first use; ``None`` when off or unavailable."""
         if self._semantic is None and self._semantic_options is not None:
+            if time.monotonic() < self._semantic_retry_at:
+                return None
             with self._semantic_lock:
                 if self._semantic is None and self._semantic_options is not None:
-                    self._semantic = _build_semantic(self._semantic_options, self.metrics)
+                    try:
+                        self._semantic = _build_semantic(self._semantic_options, self.metrics)
+                    except _Unavailable:  # e.g. the Qdrant server is down: try again later
+                        self.metrics.incr("semantic", "open_errors")
+                        self._semantic_retry_at = time.monotonic() + _REOPEN_AFTER_S
+                        return None
                     if self._semantic is None:
                         self._semantic_options = None  # said once in the log; stays off
         return self._semantic
@@ -419,6 +427,13 @@ def _vector_dir(path: str | Path | None) -> Path | None:
     return Path(path).with_name(Path(path).stem + "-vectors") if path else None
 
 
+_REOPEN_AFTER_S = 30
+
+
+class _Unavailable(Exception):
+    """The semantic tier could not be opened now (a server down); it may work later."""
+
+
 def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:
     """The semantic tier, or ``None`` with one log line saying why it is off."""
     from .embed import get_embedder
@@ -451,8 +466,10 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
         log.warning("tricache: semantic tier off: %s (pip install tricache[semantic])", exc)
         return None
     except Exception as exc:
-        log.exception("tricache: semantic tier off: could not open it", exc_info=exc)
-        return None
+        log.warning(
+            "tricache: semantic tier unavailable (%s); retrying in %d s", exc, _REOPEN_AFTER_S
+        )
+        raise _Unavailable from exc
     return SemanticTier(
         index,
         embedder,

@@ -212,6 +212,19 @@ def test_qdrant_server_path_with_the_same_payload_and_filters(tmp_path: Path) ->
         assert set(payload) >= {*expected.split(), "verified", "lang"}
 
 
+def test_unreachable_qdrant_server_leaves_the_exact_tier_working(tmp_path: Path) -> None:
+    from conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with Cache(path=tmp_path / "l2.sqlite3", qdrant_url=url) as cache:
+        request = cache.request("How do I reset my password?")
+        assert cache.update(request, "A")  # exact tier stored it; the semantic write is skipped
+        assert cache.lookup(cache.request("How can I reset my password?")) is None
+        assert cache.lookup(request).tier == "exact"  # type: ignore[union-attr]
+        assert cache.semantic is None  # retried later, not now
+        assert cache.stats()["semantic"]["open_errors"] == 1
+
+
 def test_embedded_index_shares_one_shard_per_process(tmp_path: Path) -> None:
     a = EdgeIndex(tmp_path / "v", 4)
     b = EdgeIndex(tmp_path / "v", 4)  # a second cache in the same process
