@@ -84,7 +84,7 @@ class _SharedShard:
                     shard = EdgeShard.load(str(path))
                 else:
                     shard = EdgeShard.create(str(path), config)
-                    indexes = [
+                    indexes: list[tuple[str, Any]] = [
                         ("scope", KeywordIndexParams(is_tenant=True)),
                         ("namespace", PayloadSchemaType.Keyword),
                         ("expires_at", PayloadSchemaType.Float),
