@@ -156,8 +156,10 @@ class Cache:
         )
 
     # lookup --------------------------------------------------------------------------------
-    def lookup(self, request: CacheRequest) -> Hit | None:
-        """The cached answer for ``request``, or ``None``.  Never raises for store trouble."""
+    def lookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
+        """The cached answer for ``request``, or ``None``.  Never raises for store trouble.
+
+        ``semantic=False`` asks the exact tier only (for prompts that must match exactly)."""
         self._check(request)
         start = time.perf_counter()
         try:
@@ -169,9 +171,9 @@ class Cache:
             self.metrics.observe("exact", time.perf_counter() - start)
         if found is not None:
             return self._exact_hit(found)
-        return self._semantic_lookup(request)
+        return self._semantic_lookup(request) if semantic else None
 
-    async def alookup(self, request: CacheRequest) -> Hit | None:
+    async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
         self._check(request)
         start = time.perf_counter()
         try:
@@ -183,7 +185,7 @@ class Cache:
             self.metrics.observe("exact", time.perf_counter() - start)
         if found is not None:
             return self._exact_hit(found)
-        if self._semantic_options is None:
+        if self._semantic_options is None or not semantic:
             return None
         # embedding is CPU work: keep the event loop free while it runs
         return await asyncio.to_thread(self._semantic_lookup, request)

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 # What a search returns of each candidate's payload: all the decision needs.
 SEARCH_FIELDS = ("question", "ref")
+# HNSW beam width at search time.  A cache looks for near-duplicates (cosine >= ~0.9), which a
+# narrow beam finds as well as a wide one; 64 halves the search time of the default at 100k.
+HNSW_EF = 64
 
 
 class IndexLocked(RuntimeError):
@@ -145,7 +148,7 @@ class EdgeIndex:
     def search(
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
     ) -> list[Candidate]:
-        from qdrant_edge import Query, QueryRequest
+        from qdrant_edge import Query, QueryRequest, SearchParams
 
         request = QueryRequest(
             limit=limit,
@@ -153,6 +156,7 @@ class EdgeIndex:
             filter=_edge_filter(must),
             with_payload=list(SEARCH_FIELDS),
             score_threshold=threshold,
+            params=SearchParams(hnsw_ef=HNSW_EF),
         )
         return [
             Candidate(str(p.id), p.score, dict(p.payload or {})) for p in self._shard.query(request)
@@ -269,6 +273,7 @@ class QdrantServerIndex:
             limit=limit,
             score_threshold=threshold,
             with_payload=list(SEARCH_FIELDS),
+            search_params=self._models.SearchParams(hnsw_ef=HNSW_EF),
         )
         return [Candidate(str(p.id), p.score, dict(p.payload or {})) for p in response.points]
 
