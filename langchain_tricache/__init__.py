@@ -1,8 +1,23 @@
-"""LangChain adapter for TriCache (``BaseCache`` and a cached chat model): not built yet.
+"""LangChain adapter for TriCache.
 
-The core is usable today through :class:`tricache.Cache`.
+from langchain_core.globals import set_llm_cache
+from langchain_tricache import TriCache
+
+set_llm_cache(TriCache())                        # embedded, no server
+set_llm_cache(TriCache(redis_url="redis://cache:6379/0", qdrant_url="http://qdrant:6333"))
+
+model = CachedChatModel(inner=ChatOpenAI(...))   # + streaming, coalescing, tier metadata
 """
 
-from tricache import Cache
+from .cache import TriCache, current_tenant, tenant
+from .chain import CachedRunnable, with_tricache
+from .chat_model import CachedChatModel
 
-__all__ = ["Cache"]
+__all__ = [
+    "CachedChatModel",
+    "CachedRunnable",
+    "TriCache",
+    "current_tenant",
+    "tenant",
+    "with_tricache",
+]

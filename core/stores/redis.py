@@ -176,6 +176,16 @@ class RedisStore:
             count += self._sync.delete(raw)
         return count
 
+    # locks (request coalescing across processes) -------------------------------------------
+    def try_lock(self, name: str, ttl: float) -> bool:
+        return bool(self._sync.set(name, b"1", nx=True, px=max(1, int(ttl * 1000))))
+
+    def unlock(self, name: str) -> None:
+        self._sync.delete(name)
+
+    def is_locked(self, name: str) -> bool:
+        return bool(self._sync.exists(name))
+
     # pub/sub -------------------------------------------------------------------------------
     def publish(self, namespace: str, message: bytes) -> None:
         self._sync.publish(f"tricache:{namespace}:events", message)

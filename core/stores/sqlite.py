@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries(expires_at);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, expires_at REAL NOT NULL);
 """
 
 
@@ -157,6 +158,27 @@ class SQLiteStore:
                 "DELETE FROM entries WHERE key >= ? AND key < ?", _prefix_range(namespace)
             )
         return cur.rowcount
+
+    # locks (request coalescing across processes) -------------------------------------------
+    def try_lock(self, name: str, ttl: float) -> bool:
+        now = self._clock()
+        with self._lock:
+            self._db.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO locks (name, expires_at) VALUES (?, ?)", (name, now + ttl)
+            )
+        return cur.rowcount == 1
+
+    def unlock(self, name: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM locks WHERE name = ?", (name,))
+
+    def is_locked(self, name: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM locks WHERE name = ? AND expires_at > ?", (name, self._clock())
+            ).fetchone()
+        return row is not None
 
     # no pub/sub ----------------------------------------------------------------------------
     def publish(self, namespace: str, message: bytes) -> None:

@@ -1,0 +1,128 @@
+"""``TriCache``: a LangChain ``BaseCache`` over TriCache's tiers (sync and native async)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.caches import BaseCache
+from langchain_core.outputs import Generation
+
+from tricache import Cache, CacheRequest, Hit
+
+from .convert import (
+    generations_from_payload,
+    llm_key,
+    parse_prompt,
+    payload_from_generations,
+    servable_to_look_alikes,
+)
+
+__all__ = ["TriCache", "current_tenant", "tenant"]
+
+log = logging.getLogger(__name__)
+
+_tenant: ContextVar[str | None] = ContextVar("tricache_tenant", default=None)
+
+
+@contextlib.contextmanager
+def tenant(name: str) -> Iterator[None]:
+    """Calls made inside ``with tenant("acme"):`` read and write only acme's entries."""
+    if not isinstance(name, str):
+        raise TypeError("tenant must be a str")
+    token = _tenant.set(name)
+    try:
+        yield
+    finally:
+        _tenant.reset(token)
+
+
+def current_tenant() -> str | None:
+    return _tenant.get()
+
+
+class TriCache(BaseCache):
+    """LangChain cache with exact, semantic and (later) FAQ tiers.
+
+    ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=..., qdrant_url=...)``
+    shares the tiers between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
+    a ready one: ``TriCache(cache=Cache(...))``.  A lookup never raises for store trouble or an
+    odd prompt: it is a miss.
+    """
+
+    def __init__(self, cache: Cache | None = None, **options: Any) -> None:
+        self.core = cache if cache is not None else Cache(**options)
+
+    # sync ----------------------------------------------------------------------------------
+    def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
+        request, semantic = self._request(prompt, llm_string)
+        if request is None:
+            return None
+        return self._generations(self.core.lookup(request, semantic=semantic))
+
+    def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
+        stored = self._stored(prompt, llm_string, return_val)
+        if stored is not None:
+            request, text, payload, semantic = stored
+            self.core.update(request, text, payload, semantic=semantic)
+
+    def clear(self, **kwargs: Any) -> None:
+        self.core.clear()
+
+    # async ---------------------------------------------------------------------------------
+    async def alookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
+        request, semantic = self._request(prompt, llm_string)
+        if request is None:
+            return None
+        return self._generations(await self.core.alookup(request, semantic=semantic))
+
+    async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
+        stored = self._stored(prompt, llm_string, return_val)
+        if stored is not None:
+            request, text, payload, semantic = stored
+            await self.core.aupdate(request, text, payload, semantic=semantic)
+
+    async def aclear(self, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.core.clear)
+
+    # conversions ---------------------------------------------------------------------------
+    def _request(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
+        if not isinstance(prompt, str) or not isinstance(llm_string, str):
+            raise TypeError("prompt and llm_string must be str")
+        try:
+            parsed = parse_prompt(prompt)
+            request = self.core.request(
+                parsed.query,
+                system=parsed.system,
+                history=parsed.history,
+                tenant=_tenant.get(),
+                llm_key=llm_key(llm_string),
+            )
+        except Exception as exc:  # an odd prompt is a miss, never an error in the app
+            log.warning("tricache: prompt not cacheable (%s)", exc)
+            return None, False
+        return request, parsed.semantic
+
+    def _stored(
+        self, prompt: str, llm_string: str, generations: Sequence[Generation]
+    ) -> tuple[CacheRequest, str, dict[str, Any], bool] | None:
+        request, semantic = self._request(prompt, llm_string)
+        if request is None or not generations:
+            return None
+        text = "".join(g.text for g in generations)
+        payload = payload_from_generations(generations)
+        return request, text, payload, semantic and servable_to_look_alikes(generations)
+
+    def _generations(self, hit: Hit | None) -> list[Generation] | None:
+        if hit is None:
+            return None
+        info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+        try:
+            return generations_from_payload(hit.payload, {"tricache": info})
+        except (ValueError, KeyError, TypeError) as exc:  # not written by this adapter
+            log.warning("tricache: cached value is not a LangChain payload (%s)", exc)
+            return None

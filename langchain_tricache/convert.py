@@ -1,0 +1,185 @@
+"""LangChain ⇄ TriCache: prompts to requests, generations to stored payloads and back.
+
+Nothing here unpickles or imports classes named by stored data: messages come back through
+``messages_from_dict``, which only knows LangChain's own message types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.outputs import ChatGeneration, Generation
+
+from tricache import Turn
+
+__all__ = [
+    "ParsedPrompt",
+    "generations_from_payload",
+    "llm_key",
+    "parse_messages",
+    "parse_prompt",
+    "payload_from_generations",
+    "servable_to_look_alikes",
+]
+
+_ROLES = {
+    "SystemMessage": "system",
+    "HumanMessage": "human",
+    "AIMessage": "ai",
+    "ToolMessage": "tool",
+    "FunctionMessage": "function",
+    "ChatMessage": "chat",
+}
+_FINAL_FINISH_REASONS = {None, "", "stop", "end_turn", "stop_sequence", "STOP", "eos", "length"}
+
+
+@dataclass(slots=True)
+class ParsedPrompt:
+    query: str
+    system: str = ""
+    history: tuple[Turn, ...] = ()
+    # False when the prompt does not end with a user question (e.g. a tool result in an agent
+    # loop): such a call is only ever served to the very same prompt.
+    semantic: bool = True
+
+
+def parse_prompt(prompt: str) -> ParsedPrompt:
+    """Read the string LangChain hands a cache: a plain prompt (LLMs) or the JSON of a message
+    list (chat models).  Anything unexpected becomes a plain prompt, keyed on its full text."""
+    if prompt[:1] != "[":
+        return ParsedPrompt(prompt)
+    try:
+        items = json.loads(prompt)
+        messages = [_message_from_serialized(item) for item in items]
+    except (ValueError, TypeError, KeyError, RecursionError, AttributeError):
+        return ParsedPrompt(prompt, semantic=False)
+    return _split(messages)
+
+
+def parse_messages(messages: Sequence[BaseMessage]) -> ParsedPrompt:
+    """The same view, from message objects (the chat-model wrapper has them at hand)."""
+    return _split([(_role(m), _text(m.content), _calls(m)) for m in messages])
+
+
+def _role(message: BaseMessage) -> str:
+    return str(getattr(message, "role", message.type)) if message.type == "chat" else message.type
+
+
+def _message_from_serialized(item: dict[str, Any]) -> tuple[str, str, str]:
+    kwargs = item["kwargs"]
+    role = _ROLES.get(item["id"][-1], kwargs.get("type", "chat"))
+    if role == "chat":
+        role = str(kwargs.get("role", "chat"))
+    calls = kwargs.get("tool_calls") or []
+    return role, _text(kwargs.get("content", "")), _canonical_calls(calls)
+
+
+def _split(messages: list[tuple[str, str, str]]) -> ParsedPrompt:
+    system = "\n".join(text for role, text, _ in messages if role == "system")
+    rest = [m for m in messages if m[0] != "system"]
+    if not rest:
+        return ParsedPrompt(system, semantic=False)
+    *earlier, (role, text, calls) = rest
+    history = tuple(Turn(r, t + (f"\n[tool calls] {c}" if c else "")) for r, t, c in earlier)
+    if role != "human":  # the model is asked to continue after a tool result or its own turn
+        return ParsedPrompt(f"[{role}] {text}{calls}", system, history, semantic=False)
+    return ParsedPrompt(text, system, history)
+
+
+def _text(content: Any) -> str:
+    """Message content as text: a string, or the text parts of a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            else:  # images, files: not text, but they change the question
+                parts.append(json.dumps(block, sort_keys=True, default=str))
+        return "\n".join(parts)
+    return json.dumps(content, sort_keys=True, default=str)
+
+
+def _calls(message: BaseMessage) -> str:
+    return _canonical_calls(getattr(message, "tool_calls", None) or [])
+
+
+def _canonical_calls(calls: Iterable[Any]) -> str:
+    """Tool calls without their ids (which differ on every run)."""
+    stripped = [{k: v for k, v in dict(c).items() if k != "id"} for c in calls]
+    return json.dumps(stripped, sort_keys=True, default=str) if stripped else ""
+
+
+def llm_key(llm_string: str) -> str:
+    """A digest of LangChain's llm_string (model, temperature, stop, tools, response format…)."""
+    return hashlib.blake2b(llm_string.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+# generations ⇄ payload --------------------------------------------------------------------
+def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any]:
+    """Plain data for the store: kind, text, generation info and, for chat, the message."""
+    out = []
+    for generation in generations:
+        item: dict[str, Any] = {"text": generation.text, "info": _plain(generation.generation_info)}
+        if isinstance(generation, ChatGeneration):
+            message = message_to_dict(generation.message)
+            message["data"].pop("id", None)  # a run id: meaningless on a replay
+            item |= {"kind": "chat", "message": _plain(message)}
+        else:
+            item["kind"] = "text"
+        out.append(item)
+    return {"v": 1, "generations": out}
+
+
+def generations_from_payload(
+    payload: Any, extra_metadata: dict[str, Any] | None = None
+) -> list[Generation]:
+    """Rebuild the generations; ``ValueError`` for anything that is not a payload we wrote."""
+    if not isinstance(payload, dict) or payload.get("v") != 1:
+        raise ValueError("not a TriCache LangChain payload")
+    generations: list[Generation] = []
+    for item in payload["generations"]:
+        info = item.get("info")
+        if item["kind"] == "chat":
+            (message,) = messages_from_dict([item["message"]])
+            if extra_metadata:
+                message.response_metadata = {**message.response_metadata, **extra_metadata}
+            generations.append(ChatGeneration(message=message, generation_info=info))
+        elif item["kind"] == "text":
+            generations.append(Generation(text=str(item["text"]), generation_info=info))
+        else:
+            raise ValueError(f"unknown generation kind {item['kind']!r}")
+    return generations
+
+
+def servable_to_look_alikes(generations: Sequence[Generation]) -> bool:
+    """False for answers that only fit the very same prompt: tool calls, cut-off answers."""
+    for generation in generations:
+        if isinstance(generation, ChatGeneration) and getattr(
+            generation.message, "tool_calls", None
+        ):
+            return False
+        finish = (generation.generation_info or {}).get("finish_reason")
+        if isinstance(generation, ChatGeneration):
+            finish = finish or generation.message.response_metadata.get("finish_reason")
+        if finish not in _FINAL_FINISH_REASONS or finish == "length":
+            return False
+    return True
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as MessagePack-able plain data (non-plain leaves become strings)."""
+    try:
+        msgpack.packb(value, use_bin_type=True)
+        return value
+    except (TypeError, ValueError, OverflowError):
+        return json.loads(json.dumps(value, default=str))
