@@ -63,8 +63,12 @@ def main() -> None:
         "InMemoryCache (exact)": (InMemoryCache(), exact_prompt),
         "TriCache L1 (exact)": (TriCache(path=tmp / "a.sqlite3", namespace="lca"), exact_prompt),
         "TriCache L2 Redis (exact)": (
-            TriCache(redis_url=args.redis_url, namespace="lcb", ttl=TtlPolicy(l1=1e-9),
-                     vector_path=tmp / "b-vectors"),
+            TriCache(
+                redis_url=args.redis_url,
+                namespace="lcb",
+                ttl=TtlPolicy(l1=1e-9),
+                vector_path=tmp / "b-vectors",
+            ),
             exact_prompt,
         ),  # fmt: skip
         "TriCache semantic (embedded)": (
