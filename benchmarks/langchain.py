@@ -70,7 +70,7 @@ def main() -> None:
                 vector_path=tmp / "b-vectors",
             ),
             exact_prompt,
-        ),  # fmt: skip
+        ),
         "TriCache semantic (embedded)": (
             TriCache(path=tmp / "c.sqlite3", namespace="lcc"),
             similar_prompt,
