@@ -51,11 +51,15 @@ class TriCache(BaseCache):
     ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=..., qdrant_url=...)``
     shares the tiers between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
     a ready one: ``TriCache(cache=Cache(...))``.  A lookup never raises for store trouble or an
-    odd prompt: it is a miss.
+    odd prompt: it is a miss.  Answers with tool calls or cut off are served to the same prompt
+    only, unless ``tool_calls_to_look_alikes=True``.
     """
 
-    def __init__(self, cache: Cache | None = None, **options: Any) -> None:
+    def __init__(
+        self, cache: Cache | None = None, *, tool_calls_to_look_alikes: bool = False, **options: Any
+    ) -> None:
         self.core = cache if cache is not None else Cache(**options)
+        self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
 
     # sync ----------------------------------------------------------------------------------
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
@@ -115,7 +119,8 @@ class TriCache(BaseCache):
             return None
         text = "".join(g.text for g in generations)
         payload = payload_from_generations(generations)
-        return request, text, payload, semantic and servable_to_look_alikes(generations)
+        servable = self.tool_calls_to_look_alikes or servable_to_look_alikes(generations)
+        return request, text, payload, semantic and servable
 
     def _generations(self, hit: Hit | None) -> list[Generation] | None:
         if hit is None:

@@ -125,6 +125,14 @@ def test_tool_calls_round_trip_and_stay_exact_only(global_cache: TriCache) -> No
     assert other.content == "weather tool not reused"
 
 
+def test_tool_call_answers_can_be_opened_to_look_alikes(core: Cache) -> None:
+    cache = TriCache(cache=core, tool_calls_to_look_alikes=True)
+    call = AIMessage("", tool_calls=[{"name": "search_docs", "args": {"q": "refunds"}, "id": "1"}])
+    GenericFakeChatModel(messages=iter([call]), cache=cache).invoke("How do refunds work?")
+    again = GenericFakeChatModel(messages=iter([AIMessage("NOT CALLED")]), cache=cache)
+    assert again.invoke("How do refunds work exactly?").tool_calls[0]["name"] == "search_docs"
+
+
 def test_after_a_tool_result_only_the_exact_prompt_hits(global_cache: TriCache) -> None:
     turn = [
         HumanMessage("What's the weather in Paris?"),
