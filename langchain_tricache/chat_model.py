@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 _PIECES = re.compile(r"\S+\s*|\s+")
 
 FaqHook = Callable[[CacheRequest], "str | None"]
+_M = TypeVar("_M", AIMessage, AIMessageChunk)
 
 
 class CachedChatModel(BaseChatModel):
@@ -232,32 +234,25 @@ def _to_chunk(message: AIMessage) -> AIMessageChunk:
         response_metadata=message.response_metadata,
         usage_metadata=message.usage_metadata,
         tool_call_chunks=[
-            {"name": c["name"], "args": _json(c["args"]), "id": c.get("id"), "index": i}
+            {"name": c["name"], "args": json.dumps(c["args"]), "id": c.get("id"), "index": i}
             for i, c in enumerate(message.tool_calls)
         ],
     )
 
 
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
-
-
 def _as_message(output: Any) -> AIMessage:
-    if isinstance(output, AIMessage):
-        return output
-    if isinstance(output, BaseMessage):
-        return AIMessage(content=output.content)
-    return AIMessage(content=str(output))
+    return _coerce(output, AIMessage)
 
 
 def _as_chunk(output: Any) -> AIMessageChunk:
-    if isinstance(output, AIMessageChunk):
+    return _coerce(output, AIMessageChunk)
+
+
+def _coerce(output: Any, kind: type[_M]) -> _M:
+    """What the inner runnable returned, as ``kind`` (an AI message or chunk)."""
+    if isinstance(output, kind):
         return output
-    if isinstance(output, BaseMessage):
-        return AIMessageChunk(content=output.content)
-    return AIMessageChunk(content=str(output))
+    return kind(content=output.content if isinstance(output, BaseMessage) else str(output))
 
 
 def _from_chunk(chunk: AIMessageChunk) -> AIMessage:
