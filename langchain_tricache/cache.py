@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.caches import BaseCache
-from langchain_core.outputs import Generation
+from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache import Cache, CacheRequest, Hit
+from tricache import Cache, CacheEntry, CacheRequest, Hit
 
 from .convert import (
     generations_from_payload,
@@ -60,6 +61,9 @@ class TriCache(BaseCache):
     ) -> None:
         self.core = cache if cache is not None else Cache(**options)
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
+        # LangChain objects rebuilt from an L1 entry, reused while that entry is: validated
+        # once, handed out as fresh shallow copies.
+        self._rebuilt: OrderedDict[int, tuple[CacheEntry, list[Generation]]] = OrderedDict()
 
     # sync ----------------------------------------------------------------------------------
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
@@ -126,8 +130,26 @@ class TriCache(BaseCache):
         if hit is None:
             return None
         info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
-        try:
-            return generations_from_payload(hit.payload, {"tricache": info})
-        except (ValueError, KeyError, TypeError) as exc:  # not written by this adapter
-            log.warning("tricache: cached value is not a LangChain payload (%s)", exc)
-            return None
+        rebuilt = self._rebuilt.get(id(hit.entry))
+        if rebuilt is None or rebuilt[0] is not hit.entry:
+            try:
+                generations = generations_from_payload(hit.payload)
+            except (ValueError, KeyError, TypeError) as exc:  # not written by this adapter
+                log.warning("tricache: cached value is not a LangChain payload (%s)", exc)
+                return None
+            rebuilt = self._rebuilt[id(hit.entry)] = (hit.entry, generations)
+            while len(self._rebuilt) > 1024:
+                self._rebuilt.popitem(last=False)
+        return [_tagged_copy(g, info) for g in rebuilt[1]]
+
+
+def _tagged_copy(generation: Generation, info: dict[str, Any]) -> Generation:
+    """A copy the caller may change, with which tier answered in the message's metadata."""
+    if isinstance(generation, ChatGeneration):
+        message = generation.message
+        metadata = {**message.response_metadata, "tricache": info}
+        return ChatGeneration(
+            message=message.model_copy(update={"response_metadata": metadata}),
+            generation_info=generation.generation_info,
+        )
+    return generation.model_copy()

@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import msgpack
@@ -39,7 +40,7 @@ _ROLES = {
 _FINAL_FINISH_REASONS = {None, "", "stop", "end_turn", "stop_sequence", "STOP", "eos", "length"}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ParsedPrompt:
     query: str
     system: str = ""
@@ -51,7 +52,17 @@ class ParsedPrompt:
 
 def parse_prompt(prompt: str) -> ParsedPrompt:
     """Read the string LangChain hands a cache: a plain prompt (LLMs) or the JSON of a message
-    list (chat models).  Anything unexpected becomes a plain prompt, keyed on its full text."""
+    list (chat models).  Anything unexpected becomes a plain prompt, keyed on its full text.
+    Memoized for prompts up to 16 KB (repeats are what a cache sees)."""
+    return _parse_short(prompt) if len(prompt) <= 16_384 else _parse(prompt)
+
+
+@lru_cache(maxsize=2048)
+def _parse_short(prompt: str) -> ParsedPrompt:
+    return _parse(prompt)
+
+
+def _parse(prompt: str) -> ParsedPrompt:
     if prompt[:1] != "[":
         return ParsedPrompt(prompt)
     try:
@@ -119,6 +130,7 @@ def _canonical_calls(calls: Iterable[Any]) -> str:
     return json.dumps(stripped, sort_keys=True, default=str) if stripped else ""
 
 
+@lru_cache(maxsize=1024)
 def llm_key(llm_string: str) -> str:
     """A digest of LangChain's llm_string (model, temperature, stop, tools, response format…)."""
     return hashlib.blake2b(llm_string.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
