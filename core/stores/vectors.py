@@ -237,7 +237,9 @@ class QdrantServerIndex:
         from qdrant_client import QdrantClient, models
 
         self._models = models
-        self.client = client or QdrantClient(url=url, api_key=api_key, timeout=int(max(timeout, 1)))
+        self.client = client or QdrantClient(
+            url=url, api_key=api_key, timeout=int(max(timeout, 1)), check_compatibility=False
+        )
         self.collection = collection
         self.dim = dim
         if not self.client.collection_exists(collection):
