@@ -243,6 +243,52 @@ def audit(
         console.print(json.dumps(row, ensure_ascii=False))
 
 
+faq_app = typer.Typer(help="The curated FAQ fallback.", no_args_is_help=True)
+app.add_typer(faq_app, name="faq")
+
+
+@faq_app.command("import")
+def faq_import(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="CSV or JSONL.")],
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Import question/answer pairs (columns: question, answer[, paraphrases, tags, lang])."""
+    with _open(redis_url, path, namespace, bloom=False) as cache:
+        try:
+            count = cache.import_faq(file)
+        except ValueError as exc:
+            console.print(f"[bold red]error:[/] {exc}")
+            raise typer.Exit(2) from None
+        console.print(f"imported {count} entries; knowledge-base version bumped")
+
+
+@faq_app.command("search")
+def faq_search(
+    query: Annotated[str, typer.Argument(help="A user question.")],
+    limit: int = 5,
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Show the FAQ's best candidates for QUERY, and whether it would answer."""
+    with _open(redis_url, path, namespace, bloom=False) as cache:
+        store = cache.faq
+        if store is None:
+            console.print("the FAQ is empty: tricache faq import FILE")
+            raise typer.Exit(1)
+        answer = store.answer(query)
+        table = Table(title=f"FAQ candidates for {query!r}")
+        for column in ("score", "question", "matched form", "answer"):
+            table.add_column(column)
+        for match in store.search(query, limit):
+            table.add_row(f"{match.score:.3f}", match.question, match.matched, match.answer[:80])
+        console.print(table)
+        verdict = f"answers with entry {answer.faq_id}" if answer else "no confident answer"
+        console.print(f"threshold {store.threshold:.2f}: {verdict}")
+
+
 @app.command()
 def info() -> None:
     """Show where embedded stores keep their files."""

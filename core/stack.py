@@ -1,6 +1,6 @@
 """The request path: the tiers in lookup order, write-back, and the fail-open guarantee.
 
-lookup: exact tier → semantic tier (→ FAQ fallback, to come) → miss (the caller asks the LLM);
+lookup: exact tier → semantic tier → FAQ fallback → miss (the caller asks the LLM);
 update: the answer is written to the exact tier, and its question indexed by the semantic tier.
 """
 
@@ -21,6 +21,7 @@ from .audit import AuditLog
 from .breaker import CircuitBreaker
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
+from .faq import FaqStore
 from .guards import DEFAULT_GUARDS, Guard, is_cacheable
 from .home import data_dir
 from .metrics import Metrics
@@ -87,6 +88,9 @@ class Cache:
         guards: Sequence[Guard] = DEFAULT_GUARDS,
         reranker: Reranker | None = None,
         cacheable: Callable[[str], bool] | None = None,
+        faq: bool = True,
+        faq_path: str | Path | None = None,
+        faq_threshold: float = 0.80,
         audit: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
@@ -129,6 +133,13 @@ class Cache:
         self._semantic_breaker = CircuitBreaker()
         self._semantic_retry_at = 0.0
         self._recent_hits: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
+        self._faq_options = (
+            {"path": faq_path or _beside(path, "faq") or data_dir() / "faq.sqlite3",
+             "threshold": faq_threshold, "embedder": embedder}
+            if faq
+            else None
+        )  # fmt: skip
+        self._faq: Any = None
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
 
@@ -171,7 +182,9 @@ class Cache:
             self.metrics.observe("exact", time.perf_counter() - start)
         if found is not None:
             return self._exact_hit(found)
-        return self._semantic_lookup(request) if semantic else None
+        if not semantic:
+            return None
+        return self._semantic_lookup(request) or self._faq_lookup(request)
 
     async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
         self._check(request)
@@ -185,10 +198,12 @@ class Cache:
             self.metrics.observe("exact", time.perf_counter() - start)
         if found is not None:
             return self._exact_hit(found)
-        if self._semantic_options is None or not semantic:
+        if not semantic:
             return None
         # embedding is CPU work: keep the event loop free while it runs
-        return await asyncio.to_thread(self._semantic_lookup, request)
+        return await asyncio.to_thread(
+            lambda: self._semantic_lookup(request) or self._faq_lookup(request)
+        )
 
     def _exact_hit(self, found: ExactHit) -> Hit | None:
         entry = found.entry
@@ -214,6 +229,60 @@ class Cache:
         finally:
             self.metrics.observe("semantic", time.perf_counter() - start)
         return self._semantic_hit(request, found) if found is not None else None
+
+    def _faq_lookup(self, request: CacheRequest) -> Hit | None:
+        """The curated answer for ``request``'s question, when the FAQ has a confident one."""
+        store = self.faq
+        if store is None or request.history:  # curated answers fit first questions only
+            return None
+        start = time.perf_counter()
+        try:
+            match = store.answer(request.query)
+        except Exception as exc:
+            self._error("faq lookup", exc)
+            return None
+        finally:
+            self.metrics.observe("faq", time.perf_counter() - start)
+        if match is None:
+            self.metrics.incr("faq", "misses")
+            return None
+        self.metrics.incr("faq", "hits")
+        entry = CacheEntry(match.answer, {"faq_id": match.faq_id, "question": match.question})
+        entry_id = f"faq:{match.faq_id}"
+        return Hit(match.answer, entry.payload, "faq", "sqlite", entry_id, entry, match.score,
+                   entry_id, match.matched)  # fmt: skip
+
+    @property
+    def faq(self) -> FaqStore | None:
+        """The FAQ store, opened on first use when it holds entries; ``None`` otherwise."""
+        if self._faq is None and self._faq_options is not None:
+            path = Path(self._faq_options["path"])
+            if not path.exists():
+                return None
+            self._faq = self._open_faq()
+        return self._faq if self._faq is not None and self._faq.count() else None
+
+    def _open_faq(self) -> FaqStore:
+        from .embed import get_embedder
+
+        options = self._faq_options or {}
+        return FaqStore(
+            options["path"],
+            namespace=self.namespace,
+            embedder=get_embedder(options["embedder"]),
+            threshold=options["threshold"],
+        )
+
+    def import_faq(self, path: str | Path) -> int:
+        """Import curated Q/A (CSV or JSONL) into the FAQ; the knowledge base changed, so
+        cached answers become stale (``bump_kb_version``).  Returns how many entries."""
+        if self._faq_options is None:
+            raise ValueError("this cache was created with faq=False")
+        if self._faq is None:
+            self._faq = self._open_faq()
+        count = self._faq.import_file(path)
+        self.bump_kb_version()
+        return int(count)
 
     def _semantic_hit(self, request: CacheRequest, found: SemanticHit) -> Hit:
         entry = found.entry
@@ -375,6 +444,8 @@ class Cache:
 
     def close(self) -> None:
         self.exact.close()
+        if self._faq is not None:
+            self._faq.close()
         if self._semantic is not None:
             self._semantic.index.close()
             if self._semantic.audit is not None:
@@ -427,6 +498,10 @@ def _open_store(
 def _vector_dir(path: str | Path | None) -> Path | None:
     """Beside an explicit SQLite file, or ``None`` for the data directory's default."""
     return Path(path).with_name(Path(path).stem + "-vectors") if path else None
+
+
+def _beside(path: str | Path | None, what: str) -> Path | None:
+    return Path(path).with_name(f"{Path(path).stem}-{what}.sqlite3") if path else None
 
 
 _REOPEN_AFTER_S = 30

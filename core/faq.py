@@ -1,0 +1,288 @@
+"""The FAQ fallback: curated answers in SQLite, tried after the semantic tier, before the LLM.
+
+Each entry has a question, an answer and optional paraphrases; every question form is indexed in
+FTS5 with the trigram tokenizer (which works for Chinese as well as English) and, with an
+embedder, as a vector.  A query is answered when its best candidate clears ``threshold`` and the
+guards pass against the matched question — the same guards as the semantic tier, except the two
+lexical ones (a paraphrase of a curated question naturally adds and swaps words).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .embed import Embedder
+from .guards import Guard, antonym, check, entity, negation, number, order, wh_word
+
+__all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
+
+FAQ_GUARDS: tuple[Guard, ...] = (negation, antonym, number, entity, wh_word, order)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS faq (
+    id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, question TEXT NOT NULL,
+    answer TEXT NOT NULL, tags TEXT NOT NULL DEFAULT '[]', lang TEXT
+);
+CREATE TABLE IF NOT EXISTS faq_forms (
+    id INTEGER PRIMARY KEY, faq_id INTEGER NOT NULL REFERENCES faq(id) ON DELETE CASCADE,
+    text TEXT NOT NULL, vector BLOB
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS faq_fts USING fts5(
+    text, content='faq_forms', content_rowid='id', tokenize='trigram'
+);
+CREATE TRIGGER IF NOT EXISTS faq_forms_ai AFTER INSERT ON faq_forms BEGIN
+    INSERT INTO faq_fts(rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS faq_forms_ad AFTER DELETE ON faq_forms BEGIN
+    INSERT INTO faq_fts(faq_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+"""
+
+
+@dataclass(slots=True)
+class FaqEntry:
+    question: str
+    answer: str
+    paraphrases: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    lang: str | None = None
+
+
+@dataclass(slots=True)
+class FaqMatch:
+    faq_id: int
+    question: str  # the curated question
+    answer: str
+    matched: str  # the form (question or paraphrase) that matched
+    score: float  # cosine similarity (or 1.0 for an exact form match without an embedder)
+
+
+class FaqStore:
+    """Curated question/answer pairs of one namespace in one SQLite file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        namespace: str = "default",
+        embedder: Embedder | None = None,
+        threshold: float = 0.80,
+        guards: Sequence[Guard] = FAQ_GUARDS,
+        candidates: int = 10,
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.namespace = namespace
+        self.embedder = embedder
+        self.threshold = threshold
+        self.guards = tuple(guards)
+        self.candidates = candidates
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        self._matrix: tuple[np.ndarray, list[int]] | None = None  # vectors, form ids
+
+    # writing -------------------------------------------------------------------------------
+    def add(self, entries: Iterable[FaqEntry]) -> int:
+        """Insert entries (each with its paraphrases); returns how many."""
+        count = 0
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for entry in entries:
+                    faq_id = self._db.execute(
+                        "INSERT INTO faq (namespace, question, answer, tags, lang)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (self.namespace, entry.question, entry.answer,
+                         json.dumps(list(entry.tags)), entry.lang),
+                    ).lastrowid  # fmt: skip
+                    forms = list(dict.fromkeys([entry.question, *entry.paraphrases]))
+                    vectors = self._vectors(forms)
+                    for i, form in enumerate(forms):
+                        blob = vectors[i].tobytes() if vectors is not None else None
+                        self._db.execute(
+                            "INSERT INTO faq_forms (faq_id, text, vector) VALUES (?, ?, ?)",
+                            (faq_id, form, blob),
+                        )
+                    count += 1
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._matrix = None
+        return count
+
+    def import_file(self, path: str | Path) -> int:
+        """Import CSV or JSONL with question, answer and optional paraphrases, tags, lang."""
+        return self.add(read_entries(path))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM faq WHERE namespace = ?", (self.namespace,))
+            self._matrix = None
+
+    def count(self) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM faq WHERE namespace = ?", (self.namespace,)
+            ).fetchone()
+        return int(row[0])
+
+    # reading -------------------------------------------------------------------------------
+    def search(self, query: str, limit: int = 5) -> list[FaqMatch]:
+        """Candidates best first: by cosine similarity with an embedder, else by FTS5 rank."""
+        forms = self._fts_forms(query, self.candidates)
+        scores: dict[int, float] = {}
+        if self.embedder is not None:
+            vector = self.embedder.embed([_embeddable(query)])[0]
+            matrix, ids = self._vector_matrix()
+            if len(ids):
+                sims = matrix @ vector
+                for i in np.argsort(-sims)[: self.candidates]:
+                    scores[ids[i]] = float(sims[i])
+            for form_id in forms:  # text matches the vectors did not rank: score them too
+                if form_id not in scores:
+                    scores[form_id] = self._form_similarity(form_id, vector)
+        else:
+            folded = query.strip().casefold()
+            for form_id in forms:
+                scores[form_id] = 1.0 if self._form_text(form_id).casefold() == folded else 0.0
+        ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+        matches, seen = [], set()
+        for form_id, score in ranked:
+            match = self._match(form_id, score)
+            if match is not None and match.faq_id not in seen:
+                seen.add(match.faq_id)
+                matches.append(match)
+            if len(matches) >= limit:
+                break
+        return matches
+
+    def answer(self, query: str) -> FaqMatch | None:
+        """The confident answer for ``query``, or ``None``."""
+        if not query.strip() or self.count() == 0:
+            return None
+        for match in self.search(query, limit=self.candidates):
+            if match.score < self.threshold:
+                break
+            if check(match.matched, query, self.guards)[0] is None:
+                return match
+        return None
+
+    # internals -----------------------------------------------------------------------------
+    def _vectors(self, texts: list[str]) -> np.ndarray | None:
+        if self.embedder is None:
+            return None
+        return np.asarray(self.embedder.embed([_embeddable(t) for t in texts]), dtype=np.float32)
+
+    def _vector_matrix(self) -> tuple[np.ndarray, list[int]]:
+        if self._matrix is None:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT f.id, f.vector FROM faq_forms f JOIN faq q ON q.id = f.faq_id"
+                    " WHERE q.namespace = ? AND f.vector IS NOT NULL",
+                    (self.namespace,),
+                ).fetchall()
+            ids = [r[0] for r in rows]
+            matrix = (
+                np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+                if rows
+                else np.zeros((0, 1), np.float32)
+            )
+            self._matrix = (matrix, ids)
+        return self._matrix
+
+    def _fts_forms(self, query: str, limit: int) -> list[int]:
+        terms = _fts_terms(query)
+        if not terms:
+            return []
+        with self._lock:
+            try:
+                rows = self._db.execute(
+                    "SELECT f.id FROM faq_fts JOIN faq_forms f ON f.id = faq_fts.rowid"
+                    " JOIN faq q ON q.id = f.faq_id WHERE faq_fts MATCH ? AND q.namespace = ?"
+                    " ORDER BY bm25(faq_fts) LIMIT ?",
+                    (terms, self.namespace, limit),
+                ).fetchall()
+            except sqlite3.OperationalError:  # a query FTS5 cannot parse: no text candidates
+                return []
+        return [r[0] for r in rows]
+
+    def _form_similarity(self, form_id: int, vector: np.ndarray) -> float:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT vector FROM faq_forms WHERE id = ?", (form_id,)
+            ).fetchone()
+        if row is None or row[0] is None:
+            return 0.0
+        return float(np.frombuffer(row[0], dtype=np.float32) @ vector)
+
+    def _form_text(self, form_id: int) -> str:
+        with self._lock:
+            row = self._db.execute("SELECT text FROM faq_forms WHERE id = ?", (form_id,)).fetchone()
+        return str(row[0]) if row else ""
+
+    def _match(self, form_id: int, score: float) -> FaqMatch | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT q.id, q.question, q.answer, f.text FROM faq_forms f"
+                " JOIN faq q ON q.id = f.faq_id WHERE f.id = ?",
+                (form_id,),
+            ).fetchone()
+        return FaqMatch(row[0], row[1], row[2], row[3], score) if row else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _fts_terms(query: str) -> str:
+    """An FTS5 OR-query of the query's 3+-character chunks (trigram tokenizer needs >= 3)."""
+    words = [w for w in "".join(c if c.isalnum() else " " for c in query).split() if len(w) >= 3]
+    return " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+
+
+def _embeddable(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def read_entries(path: str | Path) -> list[FaqEntry]:
+    """CSV (header: question, answer[, paraphrases separated by '|', tags, lang]) or JSONL."""
+    path = Path(path)
+    rows: list[dict[str, Any]]
+    with path.open(encoding="utf-8", newline="") as f:
+        if path.suffix.lower() in (".jsonl", ".json"):
+            rows = [json.loads(line) for line in f if line.strip()]
+        else:
+            rows = list(csv.DictReader(f))
+    entries = []
+    for n, row in enumerate(rows, 1):
+        question, answer = row.get("question"), row.get("answer")
+        if answer is None and isinstance(row.get("answers"), list) and row["answers"]:
+            answer = row["answers"][0]
+        if not isinstance(question, str) or not isinstance(answer, str):
+            raise ValueError(f"{path}: entry {n} needs a question and an answer")
+        entries.append(
+            FaqEntry(question, answer, _list(row.get("paraphrases")), _list(row.get("tags")),
+                     row.get("lang") or None)
+        )  # fmt: skip
+    return entries
+
+
+def _list(value: Any) -> tuple[str, ...]:
+    if not value:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split("|") if v.strip())
+    return tuple(str(v) for v in value)
