@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -287,6 +288,30 @@ def faq_search(
         console.print(table)
         verdict = f"answers with entry {answer.faq_id}" if answer else "no confident answer"
         console.print(f"threshold {store.threshold:.2f}: {verdict}")
+
+
+@app.command()
+def metrics(
+    port: Annotated[int, typer.Option(help="Serve /metrics on this port.")] = 9464,
+    once: Annotated[bool, typer.Option("--once", help="Print the exposition and exit.")] = False,
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Prometheus metrics of a cache opened by this command (apps serve their own cache with
+    ``tricache.prometheus.serve(cache, port)``)."""
+    from .prometheus import exposition, serve
+
+    with _open(redis_url, path, namespace) as cache:
+        if once:
+            print(exposition(cache), end="")
+            return
+        serve(cache, port)
+        console.print(f"serving http://0.0.0.0:{port}/metrics (Ctrl-C to stop)")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
 
 
 @app.command()
