@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import tempfile
@@ -308,10 +309,8 @@ def metrics(
             return
         serve(cache, port)
         console.print(f"serving http://0.0.0.0:{port}/metrics (Ctrl-C to stop)")
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
 
 
 @app.command()
