@@ -38,7 +38,16 @@ def test_prometheus_text_has_the_documented_names(tmp_path: Path) -> None:
         cache.lookup(cache.request("How do I not reset my password?"))
         cache.feedback(cache.lookup(request).entry_id, correct=True)  # type: ignore[union-attr]
         families = {f.name: f for f in text_string_to_metric_families(exposition(cache))}
-    names = ["tricache_lookups", "tricache_hits", "tricache_misses", "tricache_events", "tricache_lookup_latency_seconds", "tricache_exact_stale_ratio", "tricache_semantic_precision", "tricache_lookup_p95_seconds"]
+    names = [
+        "tricache_lookups",
+        "tricache_hits",
+        "tricache_misses",
+        "tricache_events",
+        "tricache_lookup_latency_seconds",
+        "tricache_exact_stale_ratio",
+        "tricache_semantic_precision",
+        "tricache_lookup_p95_seconds",
+    ]
     assert set(names) <= set(families)
     lookups = {s.labels["tier"]: s.value for s in families["tricache_lookups"].samples}
     assert lookups["exact"] == 4
