@@ -38,61 +38,92 @@ def _open(redis_url: str | None, path: Path | None, namespace: str, **kw: Any) -
 @app.command()
 def demo(
     requests: Annotated[int, typer.Option("--requests", "-r", min=10)] = 300,
-    llm_latency: Annotated[float, typer.Option(help="Stand-in LLM latency, seconds.")] = 0.05,
+    llm_latency: Annotated[float, typer.Option(help="Stand-in LLM latency, seconds.")] = 0.3,
     redis_url: RedisUrl = None,
+    qdrant_url: Annotated[
+        str | None, typer.Option(help="Qdrant server for the semantic tier.")
+    ] = None,
     path: Path_ = None,
+    chart: Annotated[Path, typer.Option(help="Where to write the PNG chart.")] = Path(
+        "tricache-demo.png"
+    ),
     seed: int = 7,
 ) -> None:
-    """Run a mixed workload through the cache and a stand-in LLM; print what it saved."""
-    from .demo import run_demo
+    """Run a mixed workload through LangChain and the cache; print what it saved and served."""
+    from . import demo as core_demo
 
+    try:  # through LangChain when it is installed, else through the core API
+        from langchain_tricache.demo import run_langchain_demo as runner
+
+        via = "LangChain (a TriCache-cached stand-in chat model)"
+    except ImportError:
+        runner, via = core_demo.run_demo, "the core API (pip install langchain-core for LangChain)"
     with tempfile.TemporaryDirectory(prefix="tricache-demo-") as tmp:
         store_path = path or Path(tmp) / "demo.sqlite3"
         namespace = f"demo-{seed}"
         metrics = Metrics()  # one set of counters for both workers
-        workers = [_open(redis_url, store_path, namespace, metrics=metrics) for _ in range(2)]
+        workers = [
+            _open(redis_url, store_path, namespace, metrics=metrics, qdrant_url=qdrant_url)
+            for _ in range(2)
+        ]
         workers[0].clear()  # a fresh start, so the numbers mean the same every run
+        workers[0].add_faq(core_demo.faq_entries())
         console.print(
-            f"L2: [bold]{workers[0].exact.store_name}[/]; {requests} requests, half through "
-            "a second worker that starts with an empty L1 (shared L2)."
+            f"{requests} requests through {via}; L2: [bold]{workers[0].exact.store_name}[/]; "
+            f"half of them through a second worker that starts with an empty L1."
         )
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("requests", total=requests)
-            report = run_demo(
+            report = runner(
                 workers,
                 requests,
                 llm_latency=llm_latency,
                 seed=seed,
                 on_step=lambda: progress.advance(task),
             )
-        stats = workers[0].stats()["exact"]
-        semantic = workers[0].stats().get("semantic", {})
-        if redis_url:
-            workers[0].clear()  # leave no demo entries in a shared Redis
+        stats = metrics.snapshot()
+        if redis_url or qdrant_url:
+            workers[0].clear()  # leave no demo entries in shared stores
         for worker in workers:
             worker.close()
+    _print_demo(report, stats)
+    try:
+        console.print(f"chart: {core_demo.write_chart(report, chart)}")
+    except ImportError:
+        console.print("(pip install matplotlib for the chart)")
 
-    table = Table(title="tricache demo")
-    for column in ("request kind", "requests", "served from cache", "wrong answers"):
-        table.add_column(column, justify="left" if column == "request kind" else "right")
-    order = ["first", "look-alike", "repeat", "rewrite", "paraphrase"]
-    for kind in sorted(report.by_kind, key=order.index):
-        count, hits, wrong = report.by_kind[kind]
-        table.add_row(kind, str(count), str(hits), str(wrong))
-    console.print(table)
+
+def _print_demo(report: Any, stats: dict[str, Any]) -> None:
+    from .demo import KIND_ORDER, TIER_ORDER
+
+    kinds = Table(title="requests by kind: who answered")
+    for column in ("request kind", "requests", *TIER_ORDER, "wrong answers"):
+        kinds.add_column(column, justify="left" if column == "request kind" else "right")
+    for kind in [k for k in KIND_ORDER if k in report.by_kind]:
+        outcome = report.by_kind[kind]
+        row = [str(outcome[t]) for t in TIER_ORDER]
+        kinds.add_row(kind, str(sum(outcome[t] for t in TIER_ORDER)), *row, str(outcome["wrong"]))
+    console.print(kinds)
+    tiers = Table(title="tiers")
+    for column in ("tier", "answers", "wrong", "median overhead", "p95 overhead"):
+        tiers.add_column(column, justify="left" if column == "tier" else "right")
+    for tier in TIER_ORDER:
+        samples = sorted(report.latency_ms.get(tier, []))
+        if not samples:
+            continue
+        p95 = samples[int(len(samples) * 0.95)]
+        tiers.add_row(tier, str(len(samples)), str(report.wrong_by_tier[tier]),
+                      f"{statistics.median(samples):.2f} ms", f"{p95:.2f} ms")  # fmt: skip
+    console.print(tiers)
     saved = report.requests - report.llm_calls
-    lookup = sorted(report.lookup_ms)
+    refused = sum(v for k, v in stats.get("semantic", {}).items() if k.startswith("guard_"))
     console.print(
         f"LLM calls: {report.llm_calls} of {report.requests} "
         f"([bold green]{saved / report.requests:.0%} saved[/]); "
-        f"hits: L1 {report.hits.get('l1', 0)}, L2 {report.hits.get('l2', 0)}, "
-        f"semantic {report.hits.get('semantic', 0)}; "
-        f"[bold]wrong answers served: {report.wrong_hits}[/]\n"
-        f"lookup latency: median {statistics.median(lookup) * 1e3:.0f} µs, "
-        f"p95 {lookup[int(len(lookup) * 0.95)] * 1e3:.0f} µs; "
-        f"wall time {report.wall_s:.2f} s vs {report.no_cache_s:.2f} s without the cache\n"
-        f"bloom filter: {stats.get('bloom_skips', 0)} L2 round trips saved; guards refused "
-        f"{sum(v for k, v in semantic.items() if k.startswith('guard_'))} look-alike candidates"
+        f"[bold]wrong answers served: {report.wrong}[/]; "
+        f"wall time {report.wall_s:.1f} s vs {report.no_cache_s:.1f} s without the cache; "
+        f"guards refused {refused} look-alike candidates; "
+        f"Bloom filter saved {stats.get('exact', {}).get('bloom_skips', 0)} L2 round trips"
     )
 
 

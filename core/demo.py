@@ -9,12 +9,15 @@ from __future__ import annotations
 import random
 import time
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from .faq import FaqEntry
 from .stack import Cache
 
-__all__ = ["DemoReport", "StandInLLM", "run_demo", "workload"]
+__all__ = ["DemoReport", "StandInLLM", "run_demo", "workload", "write_chart"]
 
 SYSTEM = "You are the helpdesk assistant of ACME Cloud. Answer briefly."
 
@@ -48,6 +51,23 @@ QUESTIONS: list[tuple[str, str, tuple[str, ...]]] = [
     ("zh-invoice", "发票多久能开出来？", ("发票要多久才能开出来？",)),
     ("zh-contact", "怎么联系人工客服？", ("如何联系人工客服？",)),
 ]  # fmt: skip
+# Conversations whose last question is the same words with a different meaning in each.
+FOLLOW_UPS: list[tuple[str, tuple[tuple[str, str], ...], str]] = [
+    ("pro-price", (("user", "Tell me about the Pro plan."), ("assistant", "It has SSO.")),
+     "How much does it cost?"),
+    ("basic-price", (("user", "Tell me about the Basic plan."), ("assistant", "It has 3 seats.")),
+     "How much does it cost?"),
+    ("eu-region", (("user", "I host in the EU region."), ("assistant", "Noted.")),
+     "Where is my data stored?"),
+    ("us-region", (("user", "I host in the US region."), ("assistant", "Noted.")),
+     "Where is my data stored?"),
+]  # fmt: skip
+# Curated FAQ entries (imported before the run) and how users ask them.
+FAQ: list[tuple[str, str, tuple[str, ...]]] = [
+    ("faq-sla", "What is your uptime SLA?", ("What uptime do you guarantee?",)),
+    ("faq-invoice", "怎么下载发票？", ("发票在哪里下载",)),
+    ("faq-gdpr", "Are you GDPR compliant?", ("Is ACME Cloud GDPR compliant?",)),
+]
 _TWIN = {a[0]: b[0] for i in range(0, len(QUESTIONS) - 1, 2) for a, b in [QUESTIONS[i : i + 2]]}
 _TWIN |= {b: a for a, b in _TWIN.items()}
 
@@ -71,7 +91,8 @@ REWRITES: list[Callable[[str], str]] = [
 class DemoRequest:
     query: str
     answer_id: str
-    kind: str  # "first", "look-alike", "repeat", "rewrite", "paraphrase"
+    kind: str  # "first", "look-alike", "repeat", "rewrite", "paraphrase", "follow-up", "faq"
+    history: tuple[tuple[str, str], ...] = ()  # earlier turns: (role, text)
 
 
 def workload(n: int, seed: int = 7) -> Iterator[DemoRequest]:
@@ -80,6 +101,14 @@ def workload(n: int, seed: int = 7) -> Iterator[DemoRequest]:
     rng = random.Random(seed)
     seen: set[str] = set()
     for _ in range(n):
+        if rng.random() < 0.12:  # the same follow-up words in different conversations
+            answer_id, history, question = rng.choice(FOLLOW_UPS)
+            yield DemoRequest(question, answer_id, "follow-up", history)
+            continue
+        if rng.random() < 0.06:  # a question the curated FAQ answers
+            answer_id, question, asked = rng.choice(FAQ)
+            yield DemoRequest(rng.choice((question, *asked)), answer_id, "faq")
+            continue
         answer_id, question, paraphrases = rng.choice(QUESTIONS)
         if answer_id not in seen:
             seen.add(answer_id)
@@ -109,14 +138,28 @@ class StandInLLM:
 
 @dataclass(slots=True)
 class DemoReport:
+    """Outcomes per request kind and per answering tier ("exact", "semantic", "faq", "llm")."""
+
     requests: int = 0
     llm_calls: int = 0
-    hits: dict[str, int] = field(default_factory=dict)
-    wrong_hits: int = 0
-    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [n, hits, wrong]
-    lookup_ms: list[float] = field(default_factory=list)
+    by_kind: dict[str, Counter[str]] = field(default_factory=dict)
+    wrong_by_tier: Counter[str] = field(default_factory=Counter)
+    latency_ms: dict[str, list[float]] = field(default_factory=dict)  # overhead, without the LLM
     wall_s: float = 0.0
     no_cache_s: float = 0.0
+
+    def record(self, kind: str, tier: str, wrong: bool, overhead_ms: float) -> None:
+        self.requests += 1
+        outcome = self.by_kind.setdefault(kind, Counter())
+        outcome[tier] += 1
+        if wrong:
+            outcome["wrong"] += 1
+            self.wrong_by_tier[tier] += 1
+        self.latency_ms.setdefault(tier, []).append(overhead_ms)
+
+    @property
+    def wrong(self) -> int:
+        return sum(self.wrong_by_tier.values())
 
 
 def run_demo(
@@ -127,36 +170,76 @@ def run_demo(
     seed: int = 7,
     on_step: Callable[[], None] | None = None,
 ) -> DemoReport:
-    """Send ``n`` requests in front of a stand-in LLM and score every answer.
+    """Send ``n`` requests through the core API in front of a stand-in LLM; score every answer.
 
-    The requests are split in order over ``workers`` (caches sharing one L2, like an app that
-    restarts or scales out): a later worker starts with an empty L1 and finds earlier answers
-    in L2.
+    The requests are split in order over ``workers`` (caches sharing one store, like an app
+    that restarts or scales out): a later worker starts with an empty L1.
     """
     llm = StandInLLM(llm_latency)
     report = DemoReport()
     start = time.perf_counter()
     for i, item in enumerate(workload(n, seed)):
         cache = workers[i * len(workers) // n]
-        request = cache.request(item.query, system=SYSTEM, llm_key="stand-in-llm")
+        request = cache.request(
+            item.query, system=SYSTEM, history=item.history, llm_key="stand-in-llm"
+        )
         t0 = time.perf_counter()
         hit = cache.lookup(request)
-        report.lookup_ms.append((time.perf_counter() - t0) * 1e3)
-        counts = report.by_kind.setdefault(item.kind, [0, 0, 0])
-        counts[0] += 1
         if hit is None:
-            cache.update(request, llm(item))
+            answer, tier = llm(item), "llm"
+            cache.update(request, answer)
         else:
-            wrong = hit.text != f"answer:{item.answer_id}"
-            counts[1] += 1
-            counts[2] += wrong
-            source = hit.tier if hit.tier == "semantic" else hit.level
-            report.hits[source] = report.hits.get(source, 0) + 1
-            report.wrong_hits += wrong
-        report.requests += 1
+            answer, tier = hit.text, hit.tier
+        overhead = time.perf_counter() - t0 - (llm.latency if tier == "llm" else 0.0)
+        report.record(item.kind, tier, answer != f"answer:{item.answer_id}", overhead * 1e3)
         if on_step is not None:
             on_step()
     report.wall_s = time.perf_counter() - start
     report.llm_calls = llm.calls
     report.no_cache_s = n * llm_latency
     return report
+
+
+KIND_ORDER = ["first", "look-alike", "repeat", "rewrite", "paraphrase", "follow-up", "faq"]
+
+
+def faq_entries() -> list[FaqEntry]:
+    """The demo's curated FAQ: each answer is the one the stand-in LLM would give."""
+    return [FaqEntry(question, f"answer:{answer_id}", asked) for answer_id, question, asked in FAQ]
+
+
+TIER_ORDER = ["exact", "semantic", "faq", "llm"]
+
+
+def write_chart(report: DemoReport, path: str | Path) -> Path:
+    """A stacked bar per request kind: who answered, and wrong answers (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in KIND_ORDER if k in report.by_kind]
+    colors = {"exact": "#2b8a3e", "semantic": "#74b816", "faq": "#1c7ed6", "llm": "#adb5bd"}
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    bottom = [0] * len(kinds)
+    for tier in TIER_ORDER:
+        values = [report.by_kind[k][tier] for k in kinds]
+        ax.bar(kinds, values, bottom=bottom, label=tier if tier != "llm" else "LLM call",
+               color=colors[tier])  # fmt: skip
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    wrong = [report.by_kind[k]["wrong"] for k in kinds]
+    if any(wrong):
+        ax.bar(kinds, wrong, color="#e03131", label="wrong answer served")
+    saved = report.requests - report.llm_calls
+    ax.set_title(
+        f"tricache demo: {report.requests} requests, {saved / report.requests:.0%} LLM calls "
+        f"saved, {report.wrong} wrong answers"
+    )
+    ax.set_ylabel("requests")
+    ax.legend()
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -21,7 +21,7 @@ from .audit import AuditLog
 from .breaker import CircuitBreaker
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
-from .faq import FaqStore
+from .faq import FaqEntry, FaqStore
 from .guards import DEFAULT_GUARDS, Guard, is_cacheable
 from .home import data_dir
 from .metrics import Metrics
@@ -274,13 +274,19 @@ class Cache:
         )
 
     def import_faq(self, path: str | Path) -> int:
-        """Import curated Q/A (CSV or JSONL) into the FAQ; the knowledge base changed, so
-        cached answers become stale (``bump_kb_version``).  Returns how many entries."""
+        """Import curated Q/A (CSV or JSONL) into the FAQ; see ``add_faq``."""
+        from .faq import read_entries
+
+        return self.add_faq(read_entries(path))
+
+    def add_faq(self, entries: Iterable[FaqEntry]) -> int:
+        """Add curated entries to the FAQ.  The knowledge base changed, so cached answers
+        become stale (``bump_kb_version``).  Returns how many entries."""
         if self._faq_options is None:
             raise ValueError("this cache was created with faq=False")
         if self._faq is None:
             self._faq = self._open_faq()
-        count = self._faq.import_file(path)
+        count = self._faq.add(entries)
         self.bump_kb_version()
         return int(count)
 

@@ -11,6 +11,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.caches import BaseCache
+from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache import Cache, CacheEntry, CacheRequest, Hit
@@ -70,7 +71,7 @@ class TriCache(BaseCache):
         request, semantic = self._request(prompt, llm_string)
         if request is None:
             return None
-        return self._generations(self.core.lookup(request, semantic=semantic))
+        return self._generations(self.core.lookup(request, semantic=semantic), _is_chat(prompt))
 
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
@@ -86,7 +87,8 @@ class TriCache(BaseCache):
         request, semantic = self._request(prompt, llm_string)
         if request is None:
             return None
-        return self._generations(await self.core.alookup(request, semantic=semantic))
+        hit = await self.core.alookup(request, semantic=semantic)
+        return self._generations(hit, _is_chat(prompt))
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
@@ -126,10 +128,15 @@ class TriCache(BaseCache):
         servable = self.tool_calls_to_look_alikes or servable_to_look_alikes(generations)
         return request, text, payload, semantic and servable
 
-    def _generations(self, hit: Hit | None) -> list[Generation] | None:
+    def _generations(self, hit: Hit | None, chat: bool) -> list[Generation] | None:
         if hit is None:
             return None
         info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+        if hit.tier == "faq":  # a curated answer: plain text, shaped for the caller
+            if chat:
+                message = AIMessage(hit.text, response_metadata={"tricache": info})
+                return [ChatGeneration(message=message)]
+            return [Generation(text=hit.text, generation_info={"tricache": info})]
         rebuilt = self._rebuilt.get(id(hit.entry))
         if rebuilt is None or rebuilt[0] is not hit.entry:
             try:
@@ -153,3 +160,8 @@ def _tagged_copy(generation: Generation, info: dict[str, Any]) -> Generation:
             generation_info=generation.generation_info,
         )
     return generation.model_copy()
+
+
+def _is_chat(prompt: str) -> bool:
+    """Chat models hand the cache a JSON list of messages; plain LLMs a string."""
+    return prompt[:1] == "["

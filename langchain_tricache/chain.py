@@ -31,7 +31,14 @@ from .cache import current_tenant
 __all__ = ["CachedRunnable", "with_tricache"]
 
 # What a cached chain output may be rebuilt into: never any other class.
-_ALLOWED = [AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage, Document]
+_ALLOWED: list[type[Serializable]] = [
+    AIMessage,
+    AIMessageChunk,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    Document,
+]
 
 
 def _default_key(value: Any) -> str:

@@ -17,20 +17,27 @@ from conftest import REDIS_URL
 runner = CliRunner()
 
 
-def test_demo_saves_calls_and_serves_no_wrong_answer() -> None:
-    result = runner.invoke(app, ["demo", "--requests", "120", "--llm-latency", "0"])
+def test_demo_saves_calls_and_serves_no_wrong_answer(tmp_path: Path) -> None:
+    chart = tmp_path / "demo.png"
+    result = runner.invoke(
+        app, ["demo", "--requests", "120", "--llm-latency", "0", "--chart", str(chart)]
+    )
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
+    assert "through LangChain" in output
     assert "wrong answers served: 0" in output
+    assert chart.read_bytes()[:4] == b"\x89PNG"
     calls, total = output.split("LLM calls: ")[1].split(" (")[0].split(" of ")
     assert int(total) == 120 and 0 < int(calls) < 40
     assert "L2" in result.output
 
 
-def test_demo_on_redis(namespace: str) -> None:
+def test_demo_on_redis(tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["demo", "-r", "60", "--llm-latency", "0", "--redis-url", REDIS_URL, "--seed", "3"]
-    )
+        app,
+        ["demo", "-r", "80", "--llm-latency", "0", "--redis-url", REDIS_URL, "--seed", "3",
+         "--chart", str(tmp_path / "c.png")],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "L2: redis" in output and "wrong answers served: 0" in output

@@ -170,6 +170,21 @@ def test_a_tampered_payload_is_a_miss_not_an_import(core: Cache) -> None:
     assert cache.lookup(prompt, "llm") is None
 
 
+def test_faq_answers_reach_chat_models_and_llms(core: Cache) -> None:
+    from tricache.faq import FaqEntry
+
+    core.add_faq([FaqEntry("What is your uptime SLA?", "99.95% monthly.")])
+    cache = TriCache(cache=core)
+    reply = GenericFakeChatModel(messages=iter([AIMessage("NOT CALLED")]), cache=cache).invoke(
+        "What uptime SLA do you offer?"
+    )
+    assert reply.content == "99.95% monthly."
+    assert reply.response_metadata["tricache"]["tier"] == "faq"
+    assert FakeListLLM(responses=["NOT CALLED"], cache=cache).invoke(
+        "What is your uptime SLA?"
+    ) == ("99.95% monthly.")
+
+
 # the wrapper model ---------------------------------------------------------------------------
 class CountingChat(GenericFakeChatModel):
     calls: int = 0
