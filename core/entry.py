@@ -14,7 +14,7 @@ import msgpack
 
 __all__ = ["SCHEMA_VERSION", "CacheEntry", "CorruptEntry", "decode_entry", "encode_entry"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class CorruptEntry(ValueError):
@@ -33,6 +33,8 @@ class CacheEntry:
     negative: bool = False
     hits: int = 0
     watermark: float = 0.0  # stamped by the store on write; read back with the value
+    tokens: int = 0  # what the answer cost the LLM (prompt + completion), for savings metrics
+    model: str = ""  # which model, for the price table
 
 
 def encode_entry(entry: CacheEntry) -> bytes:
@@ -47,6 +49,8 @@ def encode_entry(entry: CacheEntry) -> bytes:
             entry.tag_versions,
             entry.negative,
             entry.hits,
+            entry.tokens,
+            entry.model,
         ],
         use_bin_type=True,
         unicode_errors="surrogatepass",
@@ -61,9 +65,9 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptEntry(f"undecodable value: {exc}") from None
-    if not isinstance(fields, list) or len(fields) != 8 or fields[0] != SCHEMA_VERSION:
+    if not isinstance(fields, list) or len(fields) != 10 or fields[0] != SCHEMA_VERSION:
         raise CorruptEntry("unknown schema")
-    _, text, payload, category, kb_version, tag_versions, negative, hits = fields
+    _, text, payload, category, kb_version, tag_versions, negative, hits, tokens, model = fields
     if not (
         isinstance(text, str)
         and (category is None or isinstance(category, str))
@@ -72,6 +76,10 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         and all(isinstance(k, str) and isinstance(v, int) for k, v in tag_versions.items())
         and isinstance(negative, bool)
         and isinstance(hits, int)
+        and isinstance(tokens, int)
+        and isinstance(model, str)
     ):
         raise CorruptEntry("fields of the wrong type")
-    return CacheEntry(text, payload, category, kb_version, tag_versions, negative, hits, watermark)
+    return CacheEntry(
+        text, payload, category, kb_version, tag_versions, negative, hits, watermark, tokens, model
+    )

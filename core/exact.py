@@ -233,9 +233,11 @@ class ExactTier:
         *,
         category: str | None = None,
         negative: bool = False,
+        tokens: int = 0,
+        model: str = "",
     ) -> CacheEntry | None:
         """Store an answer; ``None`` when it was not stored (too large, or dropped)."""
-        prepared = self._prepare(request, text, payload, category, negative)
+        prepared = self._prepare(request, text, payload, category, negative, tokens, model)
         if prepared is None:
             return None
         key, entry, data, ttl = prepared
@@ -255,8 +257,10 @@ class ExactTier:
         *,
         category: str | None = None,
         negative: bool = False,
+        tokens: int = 0,
+        model: str = "",
     ) -> CacheEntry | None:
-        prepared = self._prepare(request, text, payload, category, negative)
+        prepared = self._prepare(request, text, payload, category, negative, tokens, model)
         if prepared is None:
             return None
         key, entry, data, ttl = prepared
@@ -275,6 +279,8 @@ class ExactTier:
         payload: Any,
         category: str | None,
         negative: bool,
+        tokens: int = 0,
+        model: str = "",
     ) -> tuple[str, CacheEntry, bytes, float] | None:
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
@@ -283,7 +289,9 @@ class ExactTier:
         if request.tags and not self.versions.knows(request.tags):
             self._refresh_tags(request.tags)
         kb, tag_versions = self.versions.stamp(request.tags)
-        entry = CacheEntry(text, payload, category, kb, tag_versions, negative)
+        entry = CacheEntry(
+            text, payload, category, kb, tag_versions, negative, tokens=tokens, model=model
+        )
         try:
             data = encode_entry(entry)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -10,7 +10,9 @@ Names: ``tricache_lookups_total{tier}``, ``tricache_hits_total{tier,level}``,
 guard refusals, stale entries, store errors, Bloom round trips saved),
 ``tricache_lookup_latency_seconds{tier,quantile}``, and the golden signals
 ``tricache_exact_stale_ratio``, ``tricache_semantic_precision`` (from feedback) and
-``tricache_lookup_p95_seconds{tier}``.
+``tricache_lookup_p95_seconds{tier}``; savings: ``tricache_tokens_saved_total{tier}`` and
+``tricache_cost_saved_usd_total{tier}`` (``Cache(prices={"gpt-4o-mini": 0.6})``: USD per 1M
+tokens).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class CacheCollector:
 
 
 def _golden(stats: dict[str, Any]) -> Iterator[Any]:
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     exact = stats.get("exact", {})
     read = exact.get("hits_l1", 0) + exact.get("hits_l2", 0) + exact.get("stale", 0)
@@ -76,8 +78,16 @@ def _golden(stats: dict[str, Any]) -> Iterator[Any]:
         "tricache_semantic_precision", "Share of judged answers reported correct (feedback)"
     )
     precision.add_metric([], feedback.get("correct", 0) / judged if judged else 1.0)
+    tokens = CounterMetricFamily("tricache_tokens_saved", "LLM tokens not spent", labels=["tier"])
+    cost = CounterMetricFamily("tricache_cost_saved_usd", "Per the price table", labels=["tier"])
+    for tier, counters in stats.items():
+        if isinstance(counters, dict) and "tokens_saved" in counters:
+            tokens.add_metric([tier], counters["tokens_saved"])
+            cost.add_metric([tier], counters.get("cost_saved_micro_usd", 0) / 1e6)
     yield stale
     yield precision
+    yield tokens
+    yield cost
 
 
 def _int(value: Any) -> bool:

@@ -91,6 +91,7 @@ class Cache:
         faq: bool = True,
         faq_path: str | Path | None = None,
         faq_threshold: float = 0.80,
+        prices: dict[str, float] | None = None,
         audit: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
@@ -99,6 +100,8 @@ class Cache:
         self.namespace = namespace
         self.tenant = tenant
         self.metrics = metrics or Metrics()
+        # USD per 1M tokens, per model name: what a hit saved (``cost_saved_micro_usd``).
+        self.prices: dict[str, float] = dict(prices or {})
         self.exact = ExactTier(
             store if l2 else None,
             namespace=namespace,
@@ -210,6 +213,7 @@ class Cache:
         if entry.negative:  # "known to have no cacheable answer": a miss the caller can trust
             self.metrics.incr("exact", "negative_hits")
             return None
+        self._count_savings("exact", entry)
         return Hit(
             entry.text, entry.payload, "exact", found.level, found.key, entry, None, found.key
         )
@@ -290,8 +294,16 @@ class Cache:
         self.bump_kb_version()
         return int(count)
 
+    def _count_savings(self, tier: str, entry: CacheEntry) -> None:
+        if entry.tokens:
+            self.metrics.incr(tier, "tokens_saved", entry.tokens)
+            price = self.prices.get(entry.model)
+            if price:
+                self.metrics.incr(tier, "cost_saved_micro_usd", round(entry.tokens * price))
+
     def _semantic_hit(self, request: CacheRequest, found: SemanticHit) -> Hit:
         entry = found.entry
+        self._count_savings("semantic", entry)
         self._recent_hits[found.point_id] = (found.question, request.query, found.score)
         while len(self._recent_hits) > 1000:
             self._recent_hits.popitem(last=False)
@@ -312,14 +324,20 @@ class Cache:
         category: str | None = None,
         negative: bool = False,
         semantic: bool = True,
+        tokens: int = 0,
+        model: str = "",
     ) -> bool:
         """Store an answer; ``False`` when it was not stored.  Never raises for store trouble.
 
         ``semantic=False`` keeps the answer out of the semantic tier (served only to the same
-        question, e.g. for tool calls or partial answers)."""
+        question, e.g. for tool calls or partial answers).  ``tokens`` and ``model`` (what the
+        answer cost) feed the savings metrics and the ``prices`` table."""
         self._check(request)
         try:
-            entry = self.exact.put(request, text, payload, category=category, negative=negative)
+            entry = self.exact.put(
+                request, text, payload, category=category, negative=negative, tokens=tokens,
+                model=model,
+            )  # fmt: skip
         except TypeError:
             raise
         except Exception as exc:
@@ -338,12 +356,15 @@ class Cache:
         category: str | None = None,
         negative: bool = False,
         semantic: bool = True,
+        tokens: int = 0,
+        model: str = "",
     ) -> bool:
         self._check(request)
         try:
             entry = await self.exact.aput(
-                request, text, payload, category=category, negative=negative
-            )
+                request, text, payload, category=category, negative=negative, tokens=tokens,
+                model=model,
+            )  # fmt: skip
         except TypeError:
             raise
         except Exception as exc:

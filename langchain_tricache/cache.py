@@ -19,9 +19,11 @@ from tricache import Cache, CacheEntry, CacheRequest, Hit
 from .convert import (
     generations_from_payload,
     llm_key,
+    model_name,
     parse_prompt,
     payload_from_generations,
     servable_to_look_alikes,
+    usage_tokens,
 )
 
 __all__ = ["TriCache", "current_tenant", "tenant"]
@@ -77,7 +79,10 @@ class TriCache(BaseCache):
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
             request, text, payload, semantic = stored
-            self.core.update(request, text, payload, semantic=semantic)
+            self.core.update(
+                request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
+                model=model_name(llm_string),
+            )  # fmt: skip
 
     def clear(self, **kwargs: Any) -> None:
         self.core.clear()
@@ -94,7 +99,10 @@ class TriCache(BaseCache):
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
             request, text, payload, semantic = stored
-            await self.core.aupdate(request, text, payload, semantic=semantic)
+            await self.core.aupdate(
+                request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
+                model=model_name(llm_string),
+            )  # fmt: skip
 
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.core.clear)

@@ -33,6 +33,7 @@ from .convert import (
     parse_messages,
     payload_from_generations,
     servable_to_look_alikes,
+    usage_tokens,
 )
 
 __all__ = ["CachedChatModel"]
@@ -183,24 +184,29 @@ class CachedChatModel(BaseChatModel):
         return None
 
     def _store(self, request: CacheRequest, semantic: bool, message: AIMessage) -> ChatResult:
-        text, payload, servable = _prepared(message)
-        self.tricache.update(request, text, payload, semantic=semantic and servable)
+        text, payload, servable, cost = _prepared(message)
+        self.tricache.update(request, text, payload, semantic=semantic and servable, **cost)
         return _fresh(message)
 
     async def _astore(
         self, request: CacheRequest, semantic: bool, message: AIMessage
     ) -> ChatResult:
-        text, payload, servable = _prepared(message)
-        await self.tricache.aupdate(request, text, payload, semantic=semantic and servable)
+        text, payload, servable, cost = _prepared(message)
+        await self.tricache.aupdate(request, text, payload, semantic=semantic and servable, **cost)
         return _fresh(message)
 
 
-def _prepared(message: AIMessage) -> tuple[str, dict[str, Any], bool]:
+def _prepared(message: AIMessage) -> tuple[str, dict[str, Any], bool, dict[str, Any]]:
+    """What to store: text, payload, whether look-alikes may get it, and what it cost."""
     generation = ChatGeneration(message=message)
+    meta = message.response_metadata
+    model = meta.get("model_name") or meta.get("model") or ""
+    cost = {"tokens": usage_tokens([generation]), "model": model if isinstance(model, str) else ""}
     return (
         generation.text,
         payload_from_generations([generation]),
         servable_to_look_alikes([generation]),
+        cost,
     )
 
 

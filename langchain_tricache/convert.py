@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,10 +24,12 @@ __all__ = [
     "ParsedPrompt",
     "generations_from_payload",
     "llm_key",
+    "model_name",
     "parse_messages",
     "parse_prompt",
     "payload_from_generations",
     "servable_to_look_alikes",
+    "usage_tokens",
 ]
 
 _ROLES = {
@@ -186,6 +189,31 @@ def servable_to_look_alikes(generations: Sequence[Generation]) -> bool:
         if finish not in _FINAL_FINISH_REASONS or finish == "length":
             return False
     return True
+
+
+def usage_tokens(generations: Sequence[Generation]) -> int:
+    """Total tokens the answer cost, from usage metadata or the provider's token_usage."""
+    total = 0
+    for generation in generations:
+        usage = getattr(getattr(generation, "message", None), "usage_metadata", None) or {}
+        tokens = usage.get("total_tokens")
+        if tokens is None:
+            info = generation.generation_info or {}
+            tokens = (info.get("token_usage") or info.get("usage") or {}).get("total_tokens")
+        total += int(tokens or 0) if isinstance(tokens, int | float) else 0
+    return total
+
+
+_MODEL = re.compile(
+    r"""['"](?:model_name|model|model_id|deployment_name)['"]\s*[,:]\s*['"]([^'"]+)['"]"""
+)
+
+
+@lru_cache(maxsize=1024)
+def model_name(llm_string: str) -> str:
+    """The model's name as it appears in LangChain's llm_string ("" when absent)."""
+    match = _MODEL.search(llm_string)
+    return match.group(1) if match else ""
 
 
 def _plain(value: Any) -> Any:

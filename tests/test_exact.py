@@ -116,7 +116,7 @@ def test_watermark_comes_from_the_store_clock(
     [
         os.urandom(64),
         b"",
-        msgpack.packb([SCHEMA_VERSION + 7, "future", None, None, 0, {}, False, 0]),
+        msgpack.packb([SCHEMA_VERSION + 7, "future", None, None, 0, {}, False, 0, 0, ""]),
         encode_entry(CacheEntry("cut short " * 20))[:-5],
     ],
 )

@@ -60,3 +60,43 @@ def test_metrics_command_prints_the_exposition(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["metrics", "--once", "--path", str(tmp_path / "x.sqlite3")])
     assert result.exit_code == 0
     assert "tricache_exact_stale_ratio" in result.output
+
+
+def test_tokens_and_cost_saved_follow_the_price_table(tmp_path: Path) -> None:
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from langchain_tricache import TriCache
+
+    usage = {"input_tokens": 800, "output_tokens": 200, "total_tokens": 1000}
+    with Cache(path=tmp_path / "p.sqlite3", prices={"": 2.0}) as core:  # fake model: no name
+        cache = TriCache(cache=core)
+        GenericFakeChatModel(
+            messages=iter([AIMessage("A", usage_metadata=usage)]), cache=cache
+        ).invoke("How do I reset my password?")
+        again = GenericFakeChatModel(messages=iter([AIMessage("NOT CALLED")]), cache=cache)
+        again.invoke("How do I reset my password?")  # exact hit
+        again.invoke("How can I reset my password?")  # semantic hit
+        stats = core.stats()
+        families = {f.name: f for f in text_string_to_metric_families(exposition(core))}
+    assert stats["exact"]["tokens_saved"] == 1000 and stats["semantic"]["tokens_saved"] == 1000
+    assert stats["exact"]["cost_saved_micro_usd"] == 2000  # 1000 tokens at $2 per 1M
+    cost = {s.labels["tier"]: s.value for s in families["tricache_cost_saved_usd"].samples}
+    assert cost == {"exact": 0.002, "semantic": 0.002}
+
+
+def test_cached_chat_model_prices_by_the_answers_model_name(tmp_path: Path) -> None:
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from langchain_tricache import CachedChatModel
+
+    usage = {"input_tokens": 300, "output_tokens": 200, "total_tokens": 500}
+    answer = AIMessage("A", usage_metadata=usage, response_metadata={"model_name": "big-model"})
+    with Cache(path=tmp_path / "m.sqlite3", prices={"big-model": 10.0, "": 99.0}) as core:
+        model = CachedChatModel(inner=GenericFakeChatModel(messages=iter([answer])), tricache=core)
+        model.invoke("What is the refund window?")
+        model.invoke("What is the refund window?")
+        saved = core.stats()["exact"]
+    assert saved["tokens_saved"] == 500
+    assert saved["cost_saved_micro_usd"] == 5000  # 500 tokens at $10 per 1M, not the "" price

@@ -63,9 +63,11 @@ def test_tags_are_sorted_and_deduplicated() -> None:
 # entry codec --------------------------------------------------------------------------------
 def test_entry_round_trips_plain_data() -> None:
     payload = {"generations": [{"text": "hi", "info": None}], "raw": b"\x00\xff", "n": 1.5}
-    entry = CacheEntry("hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4)
+    entry = CacheEntry("hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4, 0.0, 52, "m")
     back = decode_entry(encode_entry(entry), 123.5)
-    assert back == CacheEntry("hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4, 123.5)
+    assert back == CacheEntry(
+        "hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4, 123.5, 52, "m"
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,9 +76,9 @@ def test_entry_round_trips_plain_data() -> None:
         b"",
         b"\xc1",
         b"random bytes that are not msgpack \xff\xfe",
-        msgpack.packb([SCHEMA_VERSION + 1, "t", None, None, 0, {}, False, 0]),
-        msgpack.packb([SCHEMA_VERSION, 5, None, None, 0, {}, False, 0]),
-        msgpack.packb([SCHEMA_VERSION, "t", None, None, 0, {"tag": "x"}, False, 0]),
+        msgpack.packb([SCHEMA_VERSION + 1, "t", None, None, 0, {}, False, 0, 0, ""]),
+        msgpack.packb([SCHEMA_VERSION, 5, None, None, 0, {}, False, 0, 0, ""]),
+        msgpack.packb([SCHEMA_VERSION, "t", None, None, 0, {"tag": "x"}, False, 0, 0, ""]),
         msgpack.packb({"not": "a list"}),
         encode_entry(CacheEntry("truncated " * 10))[:-3],
     ],
