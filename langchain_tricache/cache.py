@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.caches import BaseCache
@@ -15,6 +13,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache import Cache, CacheEntry, CacheRequest, Hit
+from tricache.tenancy import current_tenant, tenant
 
 from .convert import (
     generations_from_payload,
@@ -29,24 +28,6 @@ from .convert import (
 __all__ = ["TriCache", "current_tenant", "tenant"]
 
 log = logging.getLogger(__name__)
-
-_tenant: ContextVar[str | None] = ContextVar("tricache_tenant", default=None)
-
-
-@contextlib.contextmanager
-def tenant(name: str) -> Iterator[None]:
-    """Calls made inside ``with tenant("acme"):`` read and write only acme's entries."""
-    if not isinstance(name, str):
-        raise TypeError("tenant must be a str")
-    token = _tenant.set(name)
-    try:
-        yield
-    finally:
-        _tenant.reset(token)
-
-
-def current_tenant() -> str | None:
-    return _tenant.get()
 
 
 class TriCache(BaseCache):
@@ -117,7 +98,7 @@ class TriCache(BaseCache):
                 parsed.query,
                 system=parsed.system,
                 history=parsed.history,
-                tenant=_tenant.get(),
+                tenant=current_tenant(),
                 llm_key=llm_key(llm_string),
             )
         except Exception as exc:  # an odd prompt is a miss, never an error in the app

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from tricache import Cache, CacheRequest, Hit
 from tricache.coalesce import Coalescer
+from tricache.conversation import stream_pieces
 
 from .cache import current_tenant
 from .convert import (
@@ -39,7 +39,6 @@ from .convert import (
 __all__ = ["CachedChatModel"]
 
 log = logging.getLogger(__name__)
-_PIECES = re.compile(r"\S+\s*|\s+")
 
 FaqHook = Callable[[CacheRequest], "str | None"]
 _M = TypeVar("_M", AIMessage, AIMessageChunk)
@@ -223,7 +222,7 @@ def _replay(generation: Any) -> Iterator[ChatGenerationChunk]:
     if message.tool_calls or not isinstance(message.content, str) or not message.content:
         yield ChatGenerationChunk(message=_to_chunk(message))
         return
-    pieces = _PIECES.findall(message.content)
+    pieces = stream_pieces(message.content)
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
         chunk = AIMessageChunk(

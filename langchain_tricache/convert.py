@@ -9,19 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-import msgpack
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache import Turn
+from tricache.conversation import Conversation, canonical_calls, plain, split_conversation
 
 __all__ = [
-    "ParsedPrompt",
     "generations_from_payload",
     "llm_key",
     "model_name",
@@ -43,17 +40,7 @@ _ROLES = {
 _FINAL_FINISH_REASONS = {None, "", "stop", "end_turn", "stop_sequence", "STOP", "eos", "length"}
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedPrompt:
-    query: str
-    system: str = ""
-    history: tuple[Turn, ...] = ()
-    # False when the prompt does not end with a user question (e.g. a tool result in an agent
-    # loop): such a call is only ever served to the very same prompt.
-    semantic: bool = True
-
-
-def parse_prompt(prompt: str) -> ParsedPrompt:
+def parse_prompt(prompt: str) -> Conversation:
     """Read the string LangChain hands a cache: a plain prompt (LLMs) or the JSON of a message
     list (chat models).  Anything unexpected becomes a plain prompt, keyed on its full text.
     Memoized for prompts up to 16 KB (repeats are what a cache sees)."""
@@ -61,24 +48,24 @@ def parse_prompt(prompt: str) -> ParsedPrompt:
 
 
 @lru_cache(maxsize=2048)
-def _parse_short(prompt: str) -> ParsedPrompt:
+def _parse_short(prompt: str) -> Conversation:
     return _parse(prompt)
 
 
-def _parse(prompt: str) -> ParsedPrompt:
+def _parse(prompt: str) -> Conversation:
     if prompt[:1] != "[":
-        return ParsedPrompt(prompt)
+        return Conversation(prompt)
     try:
         items = json.loads(prompt)
         messages = [_message_from_serialized(item) for item in items]
     except (ValueError, TypeError, KeyError, RecursionError, AttributeError):
-        return ParsedPrompt(prompt, semantic=False)
-    return _split(messages)
+        return Conversation(prompt, semantic=False)
+    return split_conversation(messages)
 
 
-def parse_messages(messages: Sequence[BaseMessage]) -> ParsedPrompt:
+def parse_messages(messages: Sequence[BaseMessage]) -> Conversation:
     """The same view, from message objects (the chat-model wrapper has them at hand)."""
-    return _split([(_role(m), _text(m.content), _calls(m)) for m in messages])
+    return split_conversation([(_role(m), _text(m.content), _calls(m)) for m in messages])
 
 
 def _role(message: BaseMessage) -> str:
@@ -91,19 +78,7 @@ def _message_from_serialized(item: dict[str, Any]) -> tuple[str, str, str]:
     if role == "chat":
         role = str(kwargs.get("role", "chat"))
     calls = kwargs.get("tool_calls") or []
-    return role, _text(kwargs.get("content", "")), _canonical_calls(calls)
-
-
-def _split(messages: list[tuple[str, str, str]]) -> ParsedPrompt:
-    system = "\n".join(text for role, text, _ in messages if role == "system")
-    rest = [m for m in messages if m[0] != "system"]
-    if not rest:
-        return ParsedPrompt(system, semantic=False)
-    *earlier, (role, text, calls) = rest
-    history = tuple(Turn(r, t + (f"\n[tool calls] {c}" if c else "")) for r, t, c in earlier)
-    if role != "human":  # the model is asked to continue after a tool result or its own turn
-        return ParsedPrompt(f"[{role}] {text}{calls}", system, history, semantic=False)
-    return ParsedPrompt(text, system, history)
+    return role, _text(kwargs.get("content", "")), canonical_calls(calls)
 
 
 def _text(content: Any) -> str:
@@ -124,13 +99,7 @@ def _text(content: Any) -> str:
 
 
 def _calls(message: BaseMessage) -> str:
-    return _canonical_calls(getattr(message, "tool_calls", None) or [])
-
-
-def _canonical_calls(calls: Iterable[Any]) -> str:
-    """Tool calls without their ids (which differ on every run)."""
-    stripped = [{k: v for k, v in dict(c).items() if k != "id"} for c in calls]
-    return json.dumps(stripped, sort_keys=True, default=str) if stripped else ""
+    return canonical_calls(getattr(message, "tool_calls", None) or [])
 
 
 @lru_cache(maxsize=1024)
@@ -144,11 +113,11 @@ def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any
     """Plain data for the store: kind, text, generation info and, for chat, the message."""
     out = []
     for generation in generations:
-        item: dict[str, Any] = {"text": generation.text, "info": _plain(generation.generation_info)}
+        item: dict[str, Any] = {"text": generation.text, "info": plain(generation.generation_info)}
         if isinstance(generation, ChatGeneration):
             message = message_to_dict(generation.message)
             message["data"].pop("id", None)  # a run id: meaningless on a replay
-            item |= {"kind": "chat", "message": _plain(message)}
+            item |= {"kind": "chat", "message": plain(message)}
         else:
             item["kind"] = "text"
         out.append(item)
@@ -214,12 +183,3 @@ def model_name(llm_string: str) -> str:
     """The model's name as it appears in LangChain's llm_string ("" when absent)."""
     match = _MODEL.search(llm_string)
     return match.group(1) if match else ""
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as MessagePack-able plain data (non-plain leaves become strings)."""
-    try:
-        msgpack.packb(value, use_bin_type=True)
-        return value
-    except (TypeError, ValueError, OverflowError):
-        return json.loads(json.dumps(value, default=str))

@@ -1,8 +1,14 @@
-"""LlamaIndex adapter for TriCache (a caching ``LLM`` and query engine): not built yet.
+"""LlamaIndex adapter for TriCache.
 
-The core is usable today through :class:`tricache.Cache`.
+``TriCacheLLM(llm=...)`` caches any LlamaIndex LLM (``Settings.llm``, query engines, chat
+engines); ``CachedQueryEngine(engine, cache, index=index)`` caches whole query responses and
+forgets them when the index changes; ``tenant("acme")`` scopes the calls made inside it.
 """
 
 from tricache import Cache
+from tricache.tenancy import current_tenant, tenant
 
-__all__ = ["Cache"]
+from .llm import TriCacheLLM
+from .query_engine import CachedQueryEngine, watch_index
+
+__all__ = ["Cache", "CachedQueryEngine", "TriCacheLLM", "current_tenant", "tenant", "watch_index"]

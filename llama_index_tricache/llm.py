@@ -1,0 +1,417 @@
+"""``TriCacheLLM``: any LlamaIndex LLM behind TriCache's tiers (sync, async, streaming).
+
+Use it as ``Settings.llm = TriCacheLLM(llm=OpenAI(...))`` or pass it to
+``index.as_query_engine(llm=...)``.  Inside a query engine the LLM is called through a prompt
+template; the wrapper then keys the call on the user's question (``query_str``) and a
+fingerprint of everything else the template was filled with (retrieved context, existing
+answer …), so the semantic tier compares questions, not context blobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.llms import LLM
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.prompts import BasePromptTemplate
+from pydantic import Field, PrivateAttr, SerializeAsAny
+
+from tricache import Cache, CacheRequest, Hit
+from tricache.coalesce import Coalescer
+from tricache.conversation import Conversation, stream_pieces
+from tricache.tenancy import current_tenant
+
+from .convert import (
+    chat_from_payload,
+    chat_payload,
+    completion_from_payload,
+    completion_payload,
+    llm_key,
+    parse_chat,
+    servable_to_look_alikes,
+    usage_tokens,
+)
+
+__all__ = ["TriCacheLLM"]
+
+log = logging.getLogger(__name__)
+
+# Set while a prompt template is being answered: (the user's question, a digest of the rest).
+_templated: ContextVar[tuple[str, str] | None] = ContextVar("tricache_templated", default=None)
+
+
+@dataclass(slots=True)
+class _Call:
+    request: CacheRequest
+    semantic: bool
+    key: str
+
+
+class TriCacheLLM(FunctionCallingLLM):
+    """A LlamaIndex LLM that answers from the cache when it can and asks ``llm`` otherwise.
+
+    ``cache`` is a :class:`tricache.Cache` (default: ``Cache(**options)``, embedded).  Which tier
+    answered is in ``additional_kwargs["tricache"]`` of every response (``"llm"`` when the
+    inner model did).  Tool calls and cut-off answers are served to the very same call only.
+    """
+
+    llm: SerializeAsAny[LLM] = Field(description="The LLM asked on a miss.")
+    coalesce_timeout: float = Field(default=30.0, description="Wait for a concurrent same call.")
+    _cache: Cache = PrivateAttr()
+    _coalescer: Coalescer = PrivateAttr()
+
+    def __init__(self, llm: LLM, cache: Cache | None = None, **options: Any) -> None:
+        own = ("coalesce_timeout", "callback_manager")
+        fields = {k: options.pop(k) for k in own if k in options}
+        super().__init__(
+            llm=llm,
+            system_prompt=llm.system_prompt,
+            messages_to_prompt=llm.messages_to_prompt,
+            completion_to_prompt=llm.completion_to_prompt,
+            output_parser=llm.output_parser,
+            pydantic_program_mode=llm.pydantic_program_mode,
+            query_wrapper_prompt=llm.query_wrapper_prompt,
+            **fields,
+        )
+        self._cache = cache if cache is not None else Cache(**options)
+        self._coalescer = Coalescer(self._cache.exact.store, timeout=self.coalesce_timeout)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "TriCacheLLM"
+
+    @property
+    def cache(self) -> Cache:
+        return self._cache
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return self.llm.metadata
+
+    # prompt templates: key on the question ---------------------------------------------------
+    def predict(self, prompt: BasePromptTemplate, **prompt_args: Any) -> str:
+        with self._templated(prompt, prompt_args):
+            return super().predict(prompt, **prompt_args)
+
+    def stream(self, prompt: BasePromptTemplate, **prompt_args: Any) -> Any:
+        with self._templated(prompt, prompt_args):
+            return super().stream(prompt, **prompt_args)
+
+    async def apredict(self, prompt: BasePromptTemplate, **prompt_args: Any) -> str:
+        with self._templated(prompt, prompt_args):
+            return await super().apredict(prompt, **prompt_args)
+
+    async def astream(self, prompt: BasePromptTemplate, **prompt_args: Any) -> Any:
+        with self._templated(prompt, prompt_args):
+            return await super().astream(prompt, **prompt_args)
+
+    @contextlib.contextmanager
+    def _templated(self, prompt: BasePromptTemplate, args: dict[str, Any]) -> Iterator[None]:
+        question = args.get("query_str")
+        if not isinstance(question, str):
+            yield
+            return
+        try:
+            template = prompt.get_template(llm=self)
+        except Exception:
+            template = repr(prompt)
+        rest = {k: v for k, v in args.items() if k != "query_str"}
+        described = json.dumps(
+            [template, self.system_prompt, rest], sort_keys=True, default=str, ensure_ascii=False
+        )
+        digest = hashlib.blake2b(described.encode("utf-8", "surrogatepass"), digest_size=16)
+        token = _templated.set((question, f"[template {digest.hexdigest()}]"))
+        try:
+            yield
+        finally:
+            _templated.reset(token)
+
+    # chat ----------------------------------------------------------------------------------
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        call = self._chat_call(messages, kwargs)
+        if call is None:
+            return self.llm.chat(messages, **kwargs)
+        if (cached := self._cached_chat(self._lookup(call))) is not None:
+            return cached
+        with self._coalescer.turn(call.key) as leader:
+            if not leader and (cached := self._cached_chat(self._lookup(call))) is not None:
+                return cached
+            return self._stored(call, self.llm.chat(messages, **kwargs), chat_payload)
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        call = self._chat_call(messages, kwargs)
+        if call is None:
+            return await self.llm.achat(messages, **kwargs)
+        if (cached := self._cached_chat(await self._alookup(call))) is not None:
+            return cached
+        async with self._coalescer.aturn(call.key) as leader:
+            if not leader and (cached := self._cached_chat(await self._alookup(call))):
+                return cached
+            response = await self.llm.achat(messages, **kwargs)
+            return await self._astored(call, response, chat_payload)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        call = self._chat_call(messages, kwargs)  # now: the template context ends on return
+        if call is None:
+            return self.llm.stream_chat(messages, **kwargs)
+        cached = self._cached_chat(self._lookup(call))
+        if cached is not None:
+            return _replay_chat(cached)
+        return self._record(call, self.llm.stream_chat(messages, **kwargs), chat_payload)
+
+    @llm_chat_callback()
+    async def astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
+        call = self._chat_call(messages, kwargs)
+        if call is None:
+            return await self.llm.astream_chat(messages, **kwargs)
+        cached = self._cached_chat(await self._alookup(call))
+        if cached is not None:
+            return _aiter(_replay_chat(cached))
+        stream = await self.llm.astream_chat(messages, **kwargs)
+        return self._arecord(call, stream, chat_payload)
+
+    # completion ------------------------------------------------------------------------------
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        call = self._completion_call(prompt, formatted, kwargs)
+        if call is None:
+            return self.llm.complete(prompt, formatted=formatted, **kwargs)
+        if (cached := self._cached_completion(self._lookup(call))) is not None:
+            return cached
+        with self._coalescer.turn(call.key) as leader:
+            if not leader and (cached := self._cached_completion(self._lookup(call))):
+                return cached
+            response = self.llm.complete(prompt, formatted=formatted, **kwargs)
+            return self._stored(call, response, completion_payload)
+
+    @llm_completion_callback()
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
+        call = self._completion_call(prompt, formatted, kwargs)
+        if call is None:
+            return await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
+        if (cached := self._cached_completion(await self._alookup(call))) is not None:
+            return cached
+        async with self._coalescer.aturn(call.key) as leader:
+            if not leader and (cached := self._cached_completion(await self._alookup(call))):
+                return cached
+            response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
+            return await self._astored(call, response, completion_payload)
+
+    @llm_completion_callback()
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
+        call = self._completion_call(prompt, formatted, kwargs)
+        if call is None:
+            return self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
+        cached = self._cached_completion(self._lookup(call))
+        if cached is not None:
+            return _replay_completion(cached)
+        stream = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
+        return self._record(call, stream, completion_payload)
+
+    @llm_completion_callback()
+    async def astream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseAsyncGen:
+        call = self._completion_call(prompt, formatted, kwargs)
+        if call is None:
+            return await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
+        cached = self._cached_completion(await self._alookup(call))
+        if cached is not None:
+            return _aiter(_replay_completion(cached))
+        stream = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
+        return self._arecord(call, stream, completion_payload)
+
+    # tools: the inner model's own handling ---------------------------------------------------
+    def _prepare_chat_with_tools(
+        self, tools: Sequence[Any], tool_required: bool = False, **kwargs: Any
+    ) -> dict[str, Any]:
+        return self._tool_llm()._prepare_chat_with_tools_compat(
+            tools, tool_required=tool_required, **kwargs
+        )
+
+    def _validate_chat_with_tools_response(
+        self, response: ChatResponse, tools: Sequence[Any], **kwargs: Any
+    ) -> ChatResponse:
+        return self._tool_llm()._validate_chat_with_tools_response(response, tools, **kwargs)
+
+    def get_tool_calls_from_response(
+        self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
+    ) -> list[Any]:
+        return self._tool_llm().get_tool_calls_from_response(
+            response, error_on_no_tool_call=error_on_no_tool_call, **kwargs
+        )
+
+    def _tool_llm(self) -> FunctionCallingLLM:
+        if not isinstance(self.llm, FunctionCallingLLM):
+            raise NotImplementedError(f"{type(self.llm).__name__} does not call tools")
+        return self.llm
+
+    # the cache -----------------------------------------------------------------------------
+    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call | None:
+        templated = _templated.get()
+        if templated is not None:
+            question, context = templated
+            conversation = Conversation(question, context)
+        else:
+            conversation = parse_chat(messages)
+        return self._call(conversation, llm_key(self.llm, "chat", kwargs))
+
+    def _completion_call(
+        self, prompt: str, formatted: bool, kwargs: dict[str, Any]
+    ) -> _Call | None:
+        if not isinstance(prompt, str):
+            raise TypeError("prompt must be a str")
+        templated = _templated.get()
+        conversation = Conversation(*templated) if templated else Conversation(prompt)
+        return self._call(conversation, llm_key(self.llm, f"complete:{formatted}", kwargs))
+
+    def _call(self, conversation: Conversation, key: str) -> _Call | None:
+        """The request, or ``None`` when the call cannot be cached (it then goes to the LLM)."""
+        try:
+            request = self._cache.request(
+                conversation.query,
+                system=conversation.system,
+                history=conversation.history,
+                tenant=current_tenant(),
+                llm_key=key,
+            )
+            return _Call(request, conversation.semantic, self._cache.exact.key(request))
+        except Exception as exc:  # an odd prompt is a miss, never an error in the app
+            log.warning("tricache: call not cacheable (%s)", exc)
+            return None
+
+    def _lookup(self, call: _Call) -> Hit | None:
+        return self._cache.lookup(call.request, semantic=call.semantic)
+
+    async def _alookup(self, call: _Call) -> Hit | None:
+        return await self._cache.alookup(call.request, semantic=call.semantic)
+
+    def _cached_chat(self, hit: Hit | None) -> ChatResponse | None:
+        if hit is None:
+            return None
+        info = _info(hit)
+        if hit.tier == "faq":
+            message = ChatMessage(role=MessageRole.ASSISTANT, content=hit.text)
+            return ChatResponse(message=message, additional_kwargs={"tricache": info})
+        try:
+            return chat_from_payload(hit.payload, info)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("tricache: cached value is not a chat payload (%s)", exc)
+            return None
+
+    def _cached_completion(self, hit: Hit | None) -> CompletionResponse | None:
+        if hit is None:
+            return None
+        info = _info(hit)
+        if hit.tier == "faq":
+            return CompletionResponse(text=hit.text, additional_kwargs={"tricache": info})
+        try:
+            return completion_from_payload(hit.payload, info)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("tricache: cached value is not a completion payload (%s)", exc)
+            return None
+
+    def _store_args(self, call: _Call, response: Any, to_payload: Any) -> dict[str, Any]:
+        return dict(
+            request=call.request,
+            text=_response_text(response),
+            payload=to_payload(response),
+            semantic=call.semantic and servable_to_look_alikes(response),
+            tokens=usage_tokens(response),
+            model=self.llm.metadata.model_name,
+        )
+
+    def _stored(self, call: _Call, response: Any, to_payload: Any) -> Any:
+        self._cache.update(**self._store_args(call, response, to_payload))
+        return _from_llm(response)
+
+    async def _astored(self, call: _Call, response: Any, to_payload: Any) -> Any:
+        await self._cache.aupdate(**self._store_args(call, response, to_payload))
+        return _from_llm(response)
+
+    def _record(self, call: _Call, stream: Iterator[Any], to_payload: Any) -> Iterator[Any]:
+        """Pass the stream through; store the answer once it has completed."""
+        last = None
+        for last in stream:
+            yield last
+        if last is not None:
+            self._stored(call, last, to_payload)
+
+    async def _arecord(
+        self, call: _Call, stream: AsyncIterator[Any], to_payload: Any
+    ) -> AsyncIterator[Any]:
+        last = None
+        async for last in stream:
+            yield last
+        if last is not None:
+            await self._astored(call, last, to_payload)
+
+
+def _info(hit: Hit) -> dict[str, Any]:
+    return {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+
+
+def _response_text(response: ChatResponse | CompletionResponse) -> str:
+    if isinstance(response, ChatResponse):
+        return response.message.content or ""
+    return response.text
+
+
+def _from_llm(response: Any) -> Any:
+    """The inner model's response, marked as such (a copy: the caller's object is theirs)."""
+    return response.model_copy(
+        update={"additional_kwargs": {**response.additional_kwargs, "tricache": {"tier": "llm"}}}
+    )
+
+
+def _replay_chat(response: ChatResponse) -> ChatResponseGen:
+    """A cached answer as a stream of word-sized deltas; the last carries the whole message."""
+    whole, extra = response.message, response.additional_kwargs
+    pieces = stream_pieces(whole.content or "") or [""]
+    so_far = ""
+    for i, piece in enumerate(pieces):
+        so_far += piece
+        message = whole if i == len(pieces) - 1 else ChatMessage(role=whole.role, content=so_far)
+        yield ChatResponse(message=message, delta=piece, additional_kwargs=extra)
+
+
+def _replay_completion(response: CompletionResponse) -> CompletionResponseGen:
+    so_far = ""
+    for piece in stream_pieces(response.text) or [""]:
+        so_far += piece
+        yield CompletionResponse(
+            text=so_far, delta=piece, additional_kwargs=response.additional_kwargs
+        )
+
+
+async def _aiter(items: Iterator[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item

@@ -1,0 +1,234 @@
+"""``CachedQueryEngine``: whole query-engine responses from the cache (retrieval skipped too).
+
+The response (text, source nodes, metadata) is keyed on the query string, in a scope named
+after the index.  Given the index, the engine invalidates its entries when the index changes
+(insert, delete, update, refresh), in every process that shares the cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.response.schema import (
+    RESPONSE_TYPE,
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from tricache import Cache, CacheRequest, Hit
+from tricache.conversation import plain, stream_pieces
+from tricache.tenancy import current_tenant
+
+__all__ = ["CachedQueryEngine", "watch_index"]
+
+log = logging.getLogger(__name__)
+
+# What changes an index: every public mutation goes through one of these.
+_MUTATORS = (
+    "insert_nodes",
+    "ainsert_nodes",
+    "delete_nodes",
+    "adelete_nodes",
+    "delete_ref_doc",
+    "adelete_ref_doc",
+)
+
+
+class CachedQueryEngine(BaseQueryEngine):
+    """Wrap ``engine`` so repeated (and, through the semantic tier, reworded) queries are
+    answered from ``cache`` without retrieval or generation.
+
+    ``index``: the index the engine reads; its changes invalidate the cached responses.
+    ``name``: the scope of the entries when no index is given (engines over different data
+    that share a cache need different names).  Hits carry ``metadata["tricache"]``.
+    """
+
+    def __init__(
+        self,
+        engine: BaseQueryEngine,
+        cache: Cache | None = None,
+        *,
+        index: Any = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(callback_manager=engine.callback_manager)
+        self.engine = engine
+        self.cache = cache if cache is not None else Cache()
+        scope = name or (index.index_id if index is not None else _index_id(engine))
+        self.scope = scope or type(engine).__qualname__
+        self.tag = f"llama_index:{self.scope}"
+        if index is not None:
+            watch_index(index, self.cache, self.tag)
+
+    def _get_prompt_modules(self) -> dict[str, Any]:
+        return {"engine": self.engine}
+
+    # query ---------------------------------------------------------------------------------
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        request = self._request(query_bundle)
+        if request is None:
+            return self.engine.query(query_bundle)
+        if (cached := self._response(self.cache.lookup(request))) is not None:
+            return cached
+        response = self.engine.query(query_bundle)
+        if isinstance(response, StreamingResponse):
+            response.response_gen = self._record(request, response, response.response_gen)
+        elif isinstance(response, Response):
+            self._store(request, response.response, response)
+        return response
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        request = self._request(query_bundle)
+        if request is None:
+            return await self.engine.aquery(query_bundle)
+        hit = await self.cache.alookup(request)
+        if (cached := self._response(hit, asynchronous=True)) is not None:
+            return cached
+        response = await self.engine.aquery(query_bundle)
+        if isinstance(response, AsyncStreamingResponse):
+            response.response_gen = self._arecord(request, response, response.response_gen)
+        elif isinstance(response, Response):
+            self._store(request, response.response, response)
+        return response
+
+    # the cache -----------------------------------------------------------------------------
+    def _request(self, query_bundle: QueryBundle) -> CacheRequest | None:
+        try:
+            return self.cache.request(
+                query_bundle.query_str,
+                system=f"[query engine] {self.scope}",
+                tenant=current_tenant(),
+                tags=(self.tag,),
+            )
+        except Exception as exc:  # an odd query is a miss, never an error in the app
+            log.warning("tricache: query not cacheable (%s)", exc)
+            return None
+
+    def _store(self, request: CacheRequest, text: str | None, response: Any) -> None:
+        if not text:
+            return
+        sources = [
+            {
+                "id": n.node.node_id,
+                "text": n.node.get_content(),
+                "metadata": plain(dict(n.node.metadata)),
+                "score": n.score,
+            }
+            for n in response.source_nodes
+        ]
+        payload = {"v": 1, "kind": "response", "sources": sources,
+                   "metadata": plain(dict(response.metadata or {}))}  # fmt: skip
+        self.cache.update(request, text, payload)
+
+    def _response(self, hit: Hit | None, asynchronous: bool = False) -> RESPONSE_TYPE | None:
+        if hit is None:
+            return None
+        info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+        payload = hit.payload
+        try:
+            if hit.tier == "faq":
+                sources, metadata = [], {}
+            elif not isinstance(payload, dict) or payload.get("kind") != "response":
+                raise ValueError("not a TriCache query-engine payload")
+            else:
+                sources = [
+                    NodeWithScore(
+                        node=TextNode(id_=s["id"], text=s["text"], metadata=s["metadata"]),
+                        score=s["score"],
+                    )
+                    for s in payload["sources"]
+                ]
+                metadata = dict(payload["metadata"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("tricache: cached value is not a query response (%s)", exc)
+            return None
+        metadata["tricache"] = info
+        if _streams(self.engine):
+            if asynchronous:
+                return AsyncStreamingResponse(_apieces(hit.text), sources, metadata)
+            return StreamingResponse(iter(stream_pieces(hit.text)), sources, metadata)
+        return Response(hit.text, sources, metadata)
+
+    def _record(
+        self, request: CacheRequest, response: StreamingResponse, stream: Iterator[str]
+    ) -> Iterator[str]:
+        parts = []
+        for token in stream:
+            parts.append(token)
+            yield token
+        self._store(request, "".join(parts), response)
+
+    async def _arecord(
+        self, request: CacheRequest, response: AsyncStreamingResponse, stream: AsyncIterator[str]
+    ) -> AsyncIterator[str]:
+        parts = []
+        async for token in stream:
+            parts.append(token)
+            yield token
+        self._store(request, "".join(parts), response)
+
+
+def watch_index(index: Any, cache: Cache, tag: str) -> None:
+    """Invalidate ``tag`` in ``cache`` whenever ``index`` is changed through its methods."""
+    for name in _MUTATORS:
+        method = getattr(index, name, None)
+        if method is None:
+            continue
+        targets = getattr(method, "_tricache_targets", None)
+        if targets is None:  # first watcher of this index: wrap the method
+            targets = []
+            setattr(index, name, _invalidating(method, targets))
+        if (cache, tag) not in targets:
+            targets.append((cache, tag))
+
+
+def _invalidating(method: Any, targets: list[tuple[Cache, str]]) -> Any:
+    def invalidate() -> None:
+        for cache, tag in targets:
+            try:
+                cache.invalidate(tag)
+            except Exception:  # the index did change: say so loudly, keep the app running
+                log.exception("tricache: could not invalidate %s after an index change", tag)
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                invalidate()
+    else:
+
+        @functools.wraps(method)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                invalidate()
+
+    wrapper._tricache_targets = targets  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _index_id(engine: Any) -> str | None:
+    """The index behind a retriever query engine, when it can be found."""
+    index = getattr(getattr(engine, "retriever", None), "_index", None)
+    return getattr(index, "index_id", None)
+
+
+def _streams(engine: Any) -> bool:
+    synthesizer = getattr(engine, "_response_synthesizer", None)
+    return bool(getattr(synthesizer, "_streaming", False))
+
+
+async def _apieces(text: str) -> AsyncIterator[str]:
+    for piece in stream_pieces(text):
+        yield piece
