@@ -344,6 +344,43 @@ def metrics(
             threading.Event().wait()
 
 
+@app.command("kv-budget")
+def kv_budget_command(
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json, or its folder.")],
+    tokens: Annotated[int, typer.Option(help="Tokens per request (prompt + output).")] = 4096,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight at once.")] = 1,
+    block_size: Annotated[int, typer.Option(help="Paged KV block size (vLLM: 16 GPU).")] = 16,
+    dtype: Annotated[str, typer.Option(help="KV dtype: auto (the config's), fp16, fp8 …")] = "auto",
+    prompt_lengths: Annotated[
+        Path | None, typer.Option(help="A file of prompt lengths in tokens, one per line.")
+    ] = None,
+    output_tokens: Annotated[int, typer.Option(help="Output budget for max_model_len.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """KV-cache memory of a model: per token, per request and for a concurrency level."""
+    from .kv import kv_budget, suggest_max_model_len
+
+    try:
+        budget = kv_budget(config, tokens, concurrency=concurrency, block_size=block_size,
+                           dtype=dtype)  # fmt: skip
+        report: dict[str, Any] = budget.as_dict()
+        if prompt_lengths is not None:
+            lengths = [int(line) for line in prompt_lengths.read_text().split() if line.strip()]
+            report["suggested_max_model_len"] = suggest_max_model_len(
+                lengths, output_tokens=output_tokens, block_size=block_size
+            )
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    table = Table("", "value")
+    for name, value in report.items():
+        shown = f"{value:,}" + (f"  ({value / 2**30:.2f} GiB)" if name.endswith("bytes") else "")
+        table.add_row(name.replace("_", " "), shown)
+    console.print(table)
+
+
 @app.command()
 def info() -> None:
     """Show where embedded stores keep their files."""

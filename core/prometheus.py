@@ -9,7 +9,8 @@ Names: ``tricache_lookups_total{tier}``, ``tricache_hits_total{tier,level}``,
 ``tricache_misses_total{tier}``, ``tricache_events_total{tier,event}`` (every counter, e.g.
 guard refusals, stale entries, store errors, Bloom round trips saved),
 ``tricache_lookup_latency_seconds{tier,quantile}``, and the golden signals
-``tricache_exact_stale_ratio``, ``tricache_semantic_precision`` (from feedback) and
+``tricache_kv_prefix_hit_ratio``, ``tricache_exact_stale_ratio``,
+``tricache_semantic_precision`` (from feedback) and
 ``tricache_lookup_p95_seconds{tier}``; savings: ``tricache_tokens_saved_total{tier}`` and
 ``tricache_cost_saved_usd_total{tier}`` (``Cache(prices={"gpt-4o-mini": 0.6})``: USD per 1M
 tokens).
@@ -84,8 +85,16 @@ def _golden(stats: dict[str, Any]) -> Iterator[Any]:
         if isinstance(counters, dict) and "tokens_saved" in counters:
             tokens.add_metric([tier], counters["tokens_saved"])
             cost.add_metric([tier], counters.get("cost_saved_micro_usd", 0) / 1e6)
+    kv = stats.get("kv", {})
+    prefix = GaugeMetricFamily(
+        "tricache_kv_prefix_hit_ratio",
+        "Share of prompt tokens whose KV was reused (backends built with metrics=cache.metrics)",
+    )
+    prompt_tokens = kv.get("prompt_tokens", 0)
+    prefix.add_metric([], kv.get("reused_tokens", 0) / prompt_tokens if prompt_tokens else 0.0)
     yield stale
     yield precision
+    yield prefix
     yield tokens
     yield cost
 

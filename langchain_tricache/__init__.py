@@ -12,10 +12,12 @@ model = CachedChatModel(inner=ChatOpenAI(...))   # + streaming, coalescing, tier
 from .cache import TriCache, current_tenant, tenant
 from .chain import CachedRunnable, with_tricache
 from .chat_model import CachedChatModel
+from .local import LocalPrefixChatModel
 
 __all__ = [
     "CachedChatModel",
     "CachedRunnable",
+    "LocalPrefixChatModel",
     "TriCache",
     "current_tenant",
     "tenant",
