@@ -238,25 +238,11 @@ def _plot_calibration(result: Any, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .evaluate import plot_calibration
 
-    xs = [r["threshold"] for r in result.rows]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for key, label in (("precision", "precision"), ("recall", "recall"), ("hit_rate", "hit rate")):
-        ax.plot(xs, [r[key] for r in result.rows], label=label)
-    ax.axhline(result.target_precision, color="grey", linestyle=":", label="target precision")
-    if result.chosen is not None:
-        ax.axvline(
-            result.chosen, color="black", linestyle="--", label=f"chosen {result.chosen:.2f}"
-        )
-    ax.set_xlabel("cosine threshold")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(title)
-    ax.legend(loc="lower left")
-    fig.tight_layout()
+    figure = plot_calibration(result, title)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figure.savefig(path, dpi=110)
 
 
 @app.command()

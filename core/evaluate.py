@@ -20,7 +20,7 @@ import numpy as np
 from .guards import DEFAULT_GUARDS, Guard, check
 from .stack import Cache
 
-__all__ = ["Pair", "calibrate", "evaluate_pairs", "read_pairs"]
+__all__ = ["Pair", "calibrate", "evaluate_pairs", "plot_calibration", "read_pairs"]
 
 
 @dataclass(slots=True)
@@ -217,6 +217,28 @@ def calibrate(
         if chosen is None and n_hit and precision >= target_precision:
             chosen = float(threshold)
     return Calibration(rows, chosen, target_precision)
+
+
+def plot_calibration(result: Calibration, title: str = "") -> Any:
+    """A matplotlib figure of precision, recall and hit rate per threshold (needs matplotlib)."""
+    from matplotlib.figure import Figure
+
+    xs = [r["threshold"] for r in result.rows]
+    figure = Figure(figsize=(7, 4.2))
+    ax = figure.subplots()
+    for key, label in (("precision", "precision"), ("recall", "recall"), ("hit_rate", "hit rate")):
+        ax.plot(xs, [r[key] for r in result.rows], label=label)
+    ax.axhline(result.target_precision, color="grey", linestyle=":", label="target precision")
+    if result.chosen is not None:
+        ax.axvline(
+            result.chosen, color="black", linestyle="--", label=f"chosen {result.chosen:.2f}"
+        )
+    ax.set_xlabel("cosine threshold")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(loc="lower left")
+    figure.tight_layout()
+    return figure
 
 
 def _has_cjk(text: str) -> bool:

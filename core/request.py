@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ __all__ = [
     "CacheRequest",
     "Turn",
     "context_fingerprint",
+    "context_token",
     "exact_key",
     "normalize_query",
     "text_bytes",
@@ -123,6 +125,14 @@ def context_fingerprint(system: str, history: tuple[Turn, ...], turns: int = 3) 
 
 
 _MEMO_MAX_CHARS = 1024
+
+
+def context_token(text: str) -> str:
+    """A digest of ``text`` to put in a request's ``system`` (a retrieved context, an index
+    id …).  Base32, not hex: normalization turns long hex ids and UUIDs into placeholders, which
+    would make every such digest look alike."""
+    digest = blake2b(text_bytes(text), digest_size=20).digest()
+    return "ctx-" + base64.b32encode(digest).decode("ascii").lower()
 
 
 @lru_cache(maxsize=8192)

@@ -1,14 +1,17 @@
 """LlamaIndex adapter for TriCache.
 
-``TriCacheLLM(llm=...)`` caches any LlamaIndex LLM (``Settings.llm``, query engines, chat
-engines); ``CachedQueryEngine(engine, cache, index=index)`` caches whole query responses and
-forgets them when the index changes; ``LocalPrefixLLM(backend)`` runs a local model
-that reuses the system prompt's KV; ``tenant("acme")`` scopes the calls made inside it.
+- ``TriCacheLLM(llm=...)`` caches any LlamaIndex LLM (``Settings.llm``, query and chat engines);
+- ``CachedQueryEngine(engine, cache, index=index)`` caches whole query responses and forgets
+  them when the index changes;
+- ``LocalPrefixLLM(backend)`` runs a local model that reuses the system prompt's KV;
+- ``TriCacheEmbedding()`` embeds with the cache's packaged model (nothing downloaded);
+- ``tenant("acme")`` scopes the calls made inside it.
 """
 
 from tricache import Cache
 from tricache.tenancy import current_tenant, tenant
 
+from .embedding import TriCacheEmbedding
 from .llm import TriCacheLLM
 from .local import LocalPrefixLLM
 from .query_engine import CachedQueryEngine, watch_index
@@ -17,6 +20,7 @@ __all__ = [
     "Cache",
     "CachedQueryEngine",
     "LocalPrefixLLM",
+    "TriCacheEmbedding",
     "TriCacheLLM",
     "current_tenant",
     "tenant",

@@ -10,7 +10,6 @@ answer …), so the semantic tier compares questions, not context blobs.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -38,6 +37,7 @@ from pydantic import Field, PrivateAttr, SerializeAsAny
 from tricache import Cache, CacheRequest, Hit
 from tricache.coalesce import Coalescer
 from tricache.conversation import Conversation, stream_pieces
+from tricache.request import context_token
 from tricache.tenancy import current_tenant
 
 from .convert import (
@@ -126,7 +126,10 @@ class TriCacheLLM(FunctionCallingLLM):
 
     @contextlib.contextmanager
     def _templated(self, prompt: BasePromptTemplate, args: dict[str, Any]) -> Iterator[None]:
-        question = args.get("query_str")
+        """Key the calls made inside on the template's ``query_str``, when it has one; the
+        synthesizers fill it in early (``partial_format``), so it may be in ``prompt.kwargs``."""
+        filled = {**(getattr(prompt, "kwargs", None) or {}), **args}
+        question = filled.pop("query_str", None)
         if not isinstance(question, str):
             yield
             return
@@ -134,12 +137,10 @@ class TriCacheLLM(FunctionCallingLLM):
             template = prompt.get_template(llm=self)
         except Exception:
             template = repr(prompt)
-        rest = {k: v for k, v in args.items() if k != "query_str"}
         described = json.dumps(
-            [template, self.system_prompt, rest], sort_keys=True, default=str, ensure_ascii=False
+            [template, self.system_prompt, filled], sort_keys=True, default=str, ensure_ascii=False
         )
-        digest = hashlib.blake2b(described.encode("utf-8", "surrogatepass"), digest_size=16)
-        token = _templated.set((question, f"[template {digest.hexdigest()}]"))
+        token = _templated.set((question, f"[prompt template] {context_token(described)}"))
         try:
             yield
         finally:
@@ -376,7 +377,10 @@ class TriCacheLLM(FunctionCallingLLM):
 
 
 def _info(hit: Hit) -> dict[str, Any]:
-    return {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+    info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+    if hit.matched_question is not None:  # the cached question a semantic or FAQ hit matched
+        info["matched"] = hit.matched_question
+    return info
 
 
 def _response_text(response: ChatResponse | CompletionResponse) -> str:

@@ -24,6 +24,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from tricache import Cache, CacheRequest, Hit
 from tricache.conversation import plain, stream_pieces
+from tricache.request import context_token
 from tricache.tenancy import current_tenant
 
 __all__ = ["CachedQueryEngine", "watch_index"]
@@ -103,7 +104,7 @@ class CachedQueryEngine(BaseQueryEngine):
         try:
             return self.cache.request(
                 query_bundle.query_str,
-                system=f"[query engine] {self.scope}",
+                system=f"[query engine] {context_token(self.scope)}",
                 tenant=current_tenant(),
                 tags=(self.tag,),
             )

@@ -154,15 +154,14 @@ def test_llama_index_local_llm_reuses_the_system_prompt_across_chains(
     backend: TransformersBackend, tmp_path: Path
 ) -> None:
     from llama_index.core import Document, VectorStoreIndex
-    from test_llama_index import PackagedEmbedding
 
-    from llama_index_tricache import LocalPrefixLLM, TriCacheLLM
+    from llama_index_tricache import LocalPrefixLLM, TriCacheEmbedding, TriCacheLLM
     from tricache import Cache
 
     llm = LocalPrefixLLM(backend, system_prompt=SYSTEM, max_new_tokens=4)
     index = VectorStoreIndex.from_documents(
         [Document(text="Refunds take 14 days."), Document(text="Orders ship from Lyon.")],
-        embed_model=PackagedEmbedding(),
+        embed_model=TriCacheEmbedding(),
     )
     engine = index.as_query_engine(llm=llm, similarity_top_k=1)
     engine.query("How long do refunds take?")

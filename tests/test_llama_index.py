@@ -23,30 +23,10 @@ from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from pydantic import PrivateAttr
 
-from llama_index_tricache import CachedQueryEngine, TriCacheLLM, tenant
+from llama_index_tricache import CachedQueryEngine, TriCacheEmbedding, TriCacheLLM, tenant
 from llama_index_tricache.convert import servable_to_look_alikes
 from tricache import Cache
 from tricache.conversation import stream_pieces
-from tricache.embed import get_embedder
-
-
-class PackagedEmbedding(BaseEmbedding):
-    """LlamaIndex embeddings from TriCache's packaged multilingual model (no download)."""
-
-    _embedder: Any = PrivateAttr()
-
-    def __init__(self) -> None:
-        super().__init__(model_name="use-m")
-        self._embedder = get_embedder()
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return [float(x) for x in self._embedder.embed([query])[0]]
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._get_query_embedding(text)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._get_query_embedding(query)
 
 
 class ScriptedLLM(CustomLLM):
@@ -97,8 +77,8 @@ def core(tmp_path: Path) -> Iterator[Cache]:
 
 
 @pytest.fixture(scope="module")
-def embed_model() -> PackagedEmbedding:
-    return PackagedEmbedding()
+def embed_model() -> TriCacheEmbedding:
+    return TriCacheEmbedding()
 
 
 DOCS = [
@@ -178,18 +158,44 @@ def test_async_forms(core: Cache) -> None:
     assert len(inner.calls) == 2
 
 
+@pytest.fixture
+def llm_events() -> Iterator[list[Any]]:
+    """The responses of every LLM call LlamaIndex reports through its instrumentation."""
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.instrumentation.events.llm import (
+        LLMChatEndEvent,
+        LLMCompletionEndEvent,
+    )
+
+    seen: list[Any] = []
+
+    class Handler(BaseEventHandler):
+        def handle(self, event: Any, **kwargs: Any) -> None:
+            if isinstance(event, LLMChatEndEvent | LLMCompletionEndEvent):
+                seen.append(event.response)
+
+    root = get_dispatcher()
+    handler = Handler()
+    root.add_event_handler(handler)
+    yield seen
+    root.event_handlers.remove(handler)
+
+
+@pytest.mark.parametrize("chat_model", [True, False])
 def test_query_engine_keys_the_llm_on_the_question_and_its_context(
-    core: Cache, embed_model: PackagedEmbedding
+    core: Cache, embed_model: TriCacheEmbedding, llm_events: list[Any], chat_model: bool
 ) -> None:
-    inner = ScriptedLLM(answers=["Settings, Security, Forgot password.", "Other docs.", "x"])
+    inner = ScriptedLLM(answers=["Settings, Security.", "Other docs.", "x"], chat_model=chat_model)
     llm = TriCacheLLM(inner, cache=core)
     engine = index_of(DOCS, embed_model).as_query_engine(llm=llm, similarity_top_k=1)
     first = engine.query("How do I reset my password?")
     again = engine.query("How can I reset my password?")  # same context, reworded question
-    assert str(first) == str(again) == "Settings, Security, Forgot password."
+    assert str(first) == str(again) == "Settings, Security."
     assert len(inner.calls) == 1
-    hit = core.stats()["semantic"]
-    assert hit["hits"] == 1
+    info = [r.additional_kwargs.get("tricache") for r in llm_events if r.additional_kwargs]
+    hits = [i for i in info if i and i["tier"] == "semantic"]
+    assert hits and hits[-1]["matched"] == "How do I reset my password?"  # the question alone
     # The same question over other documents is a different call: the context is in the key.
     other = index_of(["Passwords are reset by the administrator only."], embed_model)
     assert str(other.as_query_engine(llm=llm).query("How do I reset my password?")) == (
@@ -198,7 +204,7 @@ def test_query_engine_keys_the_llm_on_the_question_and_its_context(
     assert len(inner.calls) == 2
 
 
-def test_settings_llm_is_used_by_query_engines(core: Cache, embed_model: PackagedEmbedding) -> None:
+def test_settings_llm_is_used_by_query_engines(core: Cache, embed_model: TriCacheEmbedding) -> None:
     inner = ScriptedLLM(answers=["From Settings.llm.", "unused"])
     previous = Settings._llm
     Settings.llm = TriCacheLLM(inner, cache=core)
@@ -212,7 +218,7 @@ def test_settings_llm_is_used_by_query_engines(core: Cache, embed_model: Package
 
 
 def test_cached_query_engine_skips_retrieval_and_forgets_on_index_change(
-    core: Cache, embed_model: PackagedEmbedding
+    core: Cache, embed_model: TriCacheEmbedding
 ) -> None:
     inner = ScriptedLLM(answers=["14 days.", "30 days now."])
     index = index_of(DOCS, embed_model)
@@ -238,7 +244,7 @@ def test_cached_query_engine_skips_retrieval_and_forgets_on_index_change(
 
 
 def test_cached_query_engine_streaming_hit_streams(
-    core: Cache, embed_model: PackagedEmbedding
+    core: Cache, embed_model: TriCacheEmbedding
 ) -> None:
     inner = ScriptedLLM(answers=["Monday to Friday.", "unused"], chat_model=False)
     index = index_of(DOCS, embed_model)
