@@ -117,13 +117,15 @@ def _print_demo(report: Any, stats: dict[str, Any]) -> None:
     console.print(tiers)
     saved = report.requests - report.llm_calls
     refused = sum(v for k, v in stats.get("semantic", {}).items() if k.startswith("guard_"))
+    tokens = sum(c.get("tokens_saved", 0) for c in stats.values() if isinstance(c, dict))
     console.print(
         f"LLM calls: {report.llm_calls} of {report.requests} "
         f"([bold green]{saved / report.requests:.0%} saved[/]); "
         f"[bold]wrong answers served: {report.wrong}[/]; "
         f"wall time {report.wall_s:.1f} s vs {report.no_cache_s:.1f} s without the cache; "
         f"guards refused {refused} look-alike candidates; "
-        f"Bloom filter saved {stats.get('exact', {}).get('bloom_skips', 0)} L2 round trips"
+        f"Bloom filter saved {stats.get('exact', {}).get('bloom_skips', 0)} L2 round trips; "
+        f"LLM tokens saved {tokens:,}"
     )
 
 

@@ -297,3 +297,24 @@ def test_a_foreign_value_under_the_key_is_a_miss(core: Cache) -> None:
     assert llm.complete("What is the refund window?").text == "fresh"
     assert llm.complete("What is the refund window?").text == "fresh"
     assert len(inner.calls) == 1
+
+
+def test_tool_calling_goes_through_the_inner_model_and_replays_exactly(core: Cache) -> None:
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    tool = FunctionTool.from_defaults(weather)
+    llm = TriCacheLLM(MockFunctionCallingLLM(), cache=core)
+    assert llm.metadata.is_function_calling_model
+    first = llm.chat_with_tools([tool], user_msg="What is the weather in Lyon?")
+    again = llm.chat_with_tools([tool], user_msg="What is the weather in Lyon?")
+    assert again.additional_kwargs["tricache"]["tier"] == "exact"
+    calls = llm.get_tool_calls_from_response(again, error_on_no_tool_call=True)
+    assert [c.tool_name for c in calls] == ["weather"]
+    assert [c.tool_name for c in llm.get_tool_calls_from_response(first)] == ["weather"]
+    reworded = llm.chat_with_tools([tool], user_msg="What's the weather like in Lyon?")
+    assert reworded.additional_kwargs["tricache"]["tier"] == "llm"  # tool calls: same call only
