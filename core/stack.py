@@ -58,6 +58,10 @@ class Cache:
     ``redis_url=`` shares the exact tier through Redis (``cluster=True`` for Redis Cluster),
     ``qdrant_url=`` the semantic tier through a Qdrant server.  No method raises because a store
     is down or slow; wrong argument types raise ``TypeError``/``ValueError``.
+
+    Questions whose answer depends on the time or on who asks (``cacheable`` says no: "today",
+    "latest", "my order", 今天 …) are neither stored nor served, except by the curated FAQ;
+    ``cache_time_dependent=True`` caches them in the exact tier (never the semantic tier).
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class Cache:
         faq_path: str | Path | None = None,
         faq_threshold: float = 0.80,
         prices: dict[str, float] | None = None,
+        cache_time_dependent: bool = False,
         audit: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
@@ -102,6 +107,11 @@ class Cache:
         self.metrics = metrics or Metrics()
         # USD per 1M tokens, per model name: what a hit saved (``cost_saved_micro_usd``).
         self.prices: dict[str, float] = dict(prices or {})
+        # Questions whose answer depends on the time or on who asks ("today", "my order" …)
+        # are not cached at all unless asked for: a repeat an hour later, or from another user
+        # of the tenant, deserves a fresh answer.
+        self._cacheable = cacheable or is_cacheable
+        self.cache_time_dependent = cache_time_dependent
         self.exact = ExactTier(
             store if l2 else None,
             namespace=namespace,
@@ -175,6 +185,8 @@ class Cache:
 
         ``semantic=False`` asks the exact tier only (for prompts that must match exactly)."""
         self._check(request)
+        if not self._may_cache(request):  # curated answers only
+            return self._faq_lookup(request) if semantic else None
         start = time.perf_counter()
         try:
             found = self.exact.get(request)
@@ -191,6 +203,8 @@ class Cache:
 
     async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
         self._check(request)
+        if not self._may_cache(request):
+            return await asyncio.to_thread(self._faq_lookup, request) if semantic else None
         start = time.perf_counter()
         try:
             found = await self.exact.aget(request)
@@ -294,6 +308,14 @@ class Cache:
         self.bump_kb_version()
         return int(count)
 
+    def _may_cache(self, request: CacheRequest) -> bool:
+        """False for a question whose answer depends on the time or the asker (unless
+        ``cache_time_dependent``): no tier but the curated FAQ serves it, none stores it."""
+        if self.cache_time_dependent or self._cacheable(request.query):
+            return True
+        self.metrics.incr("exact", "skipped_time_dependent")
+        return False
+
     def _count_savings(self, tier: str, entry: CacheEntry) -> None:
         if entry.tokens:
             self.metrics.incr(tier, "tokens_saved", entry.tokens)
@@ -333,6 +355,8 @@ class Cache:
         question, e.g. for tool calls or partial answers).  ``tokens`` and ``model`` (what the
         answer cost) feed the savings metrics and the ``prices`` table."""
         self._check(request)
+        if not self._may_cache(request):
+            return False
         try:
             entry = self.exact.put(
                 request, text, payload, category=category, negative=negative, tokens=tokens,
@@ -360,6 +384,8 @@ class Cache:
         model: str = "",
     ) -> bool:
         self._check(request)
+        if not self._may_cache(request):
+            return False
         try:
             entry = await self.exact.aput(
                 request, text, payload, category=category, negative=negative, tokens=tokens,

@@ -109,20 +109,45 @@ def test_tenants_are_isolated(global_cache: TriCache) -> None:
 def test_tool_calls_round_trip_and_stay_exact_only(global_cache: TriCache) -> None:
     call = AIMessage(
         "",
-        tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "call_1"}],
+        tool_calls=[{"name": "get_opening_hours", "args": {"city": "Paris"}, "id": "call_1"}],
         usage_metadata={"input_tokens": 12, "output_tokens": 7, "total_tokens": 19},
     )
     model = GenericFakeChatModel(messages=iter([call, AIMessage("fallback")]))
-    model.invoke("What's the weather like in Paris right now?")
+    model.invoke("When is the Paris office open?")
     again = GenericFakeChatModel(messages=iter([AIMessage("NOT CALLED")])).invoke(
-        "What's the weather like in Paris right now?"
+        "When is the Paris office open?"
     )
-    assert again.tool_calls[0]["name"] == "get_weather"
+    assert again.tool_calls[0]["name"] == "get_opening_hours"
     assert again.tool_calls[0]["args"] == {"city": "Paris"}
     assert again.usage_metadata["total_tokens"] == 19  # type: ignore[index]
     # a look-alike never gets another question's tool call
-    other = chat("weather tool not reused").invoke("What is the weather like in Paris right now?")
-    assert other.content == "weather tool not reused"
+    other = chat("tool call not reused").invoke("When is the Paris office opened?")
+    assert other.content == "tool call not reused"
+
+
+def test_time_dependent_questions_are_not_cached(global_cache: TriCache) -> None:
+    assert chat("sunny").invoke("What's the weather like in Paris right now?").content == "sunny"
+    assert chat("rain").invoke("What's the weather like in Paris right now?").content == "rain"
+    with tenant("acme"):  # another user of the tenant asks about "my order"
+        chat("order 1 shipped").invoke("Where is my order?")
+        assert chat("order 2 is packed").invoke("Where is my order?").content == (
+            "order 2 is packed"
+        )
+    assert global_cache.core.stats()["exact"]["skipped_time_dependent"] == 8  # 4 reads, 4 writes
+
+
+def test_time_dependent_questions_can_be_cached_exactly_when_asked_for(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "t.sqlite3", cache_time_dependent=True) as core:
+        cache = TriCache(cache=core)
+        GenericFakeChatModel(messages=iter([AIMessage("sunny")]), cache=cache).invoke(
+            "What's the weather like in Paris today?"
+        )
+        exact = chat("NOT CALLED")
+        exact.cache = cache
+        assert exact.invoke("What's the weather like in Paris today?").content == "sunny"
+        similar = chat("rain")
+        similar.cache = cache
+        assert similar.invoke("How is the weather in Paris today?").content == "rain"
 
 
 def test_tool_call_answers_can_be_opened_to_look_alikes(core: Cache) -> None:

@@ -303,18 +303,18 @@ def test_tool_calling_goes_through_the_inner_model_and_replays_exactly(core: Cac
     from llama_index.core.llms.mock import MockFunctionCallingLLM
     from llama_index.core.tools import FunctionTool
 
-    def weather(city: str) -> str:
-        """The weather in a city."""
-        return "sunny"
+    def opening_hours(city: str) -> str:
+        """When the office in a city is open."""
+        return "9 to 5"
 
-    tool = FunctionTool.from_defaults(weather)
+    tool = FunctionTool.from_defaults(opening_hours)
     llm = TriCacheLLM(MockFunctionCallingLLM(), cache=core)
     assert llm.metadata.is_function_calling_model
-    first = llm.chat_with_tools([tool], user_msg="What is the weather in Lyon?")
-    again = llm.chat_with_tools([tool], user_msg="What is the weather in Lyon?")
+    first = llm.chat_with_tools([tool], user_msg="When is the Lyon office open?")
+    again = llm.chat_with_tools([tool], user_msg="When is the Lyon office open?")
     assert again.additional_kwargs["tricache"]["tier"] == "exact"
     calls = llm.get_tool_calls_from_response(again, error_on_no_tool_call=True)
-    assert [c.tool_name for c in calls] == ["weather"]
-    assert [c.tool_name for c in llm.get_tool_calls_from_response(first)] == ["weather"]
-    reworded = llm.chat_with_tools([tool], user_msg="What's the weather like in Lyon?")
+    assert [c.tool_name for c in calls] == ["opening_hours"]
+    assert [c.tool_name for c in llm.get_tool_calls_from_response(first)] == ["opening_hours"]
+    reworded = llm.chat_with_tools([tool], user_msg="When is the office in Lyon open?")
     assert reworded.additional_kwargs["tricache"]["tier"] == "llm"  # tool calls: same call only

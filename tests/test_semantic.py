@@ -80,12 +80,19 @@ def test_other_llm_and_other_system_prompt_do_not_match(cache: Cache) -> None:
     assert cache.lookup(cache.request(question, llm_key="model-a", system="Be brief.")) is not None
 
 
-def test_time_dependent_questions_skip_the_semantic_tier(cache: Cache) -> None:
-    _store(cache, "What's the weather in Paris today?", "Sunny.")
-    assert cache.lookup(cache.request("What is the weather in Paris today?")) is None
-    assert cache.stats()["semantic"]["skipped_uncacheable"] >= 1
-    # the exact tier still serves an exact repeat
-    assert cache.lookup(cache.request("what's the weather in paris today")) is not None
+def test_time_dependent_questions_are_not_cached_by_default(cache: Cache) -> None:
+    assert not cache.update(cache.request("What's the weather in Paris today?"), "Sunny.")
+    assert cache.lookup(cache.request("What's the weather in Paris today?")) is None
+    assert cache.stats()["exact"]["skipped_time_dependent"] == 2
+
+
+def test_time_dependent_questions_skip_the_semantic_tier(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "t.sqlite3", cache_time_dependent=True) as cache:
+        _store(cache, "What's the weather in Paris today?", "Sunny.")
+        assert cache.lookup(cache.request("What is the weather in Paris today?")) is None
+        assert cache.stats()["semantic"]["skipped_uncacheable"] >= 1
+        # the exact tier serves an exact repeat, when asked to cache such questions
+        assert cache.lookup(cache.request("what's the weather in paris today")) is not None
 
 
 def test_a_custom_cacheability_classifier_replaces_the_rules(tmp_path: Path) -> None:
@@ -93,8 +100,8 @@ def test_a_custom_cacheability_classifier_replaces_the_rules(tmp_path: Path) -> 
         return "price" not in question.lower()
 
     with Cache(path=tmp_path / "c.sqlite3", cacheable=never_about_prices) as cache:
-        _store(cache, "What is the price of the Pro plan?", "$20")
-        assert cache.lookup(cache.request("What's the price of the Pro plan?")) is None
+        assert not cache.update(cache.request("What is the price of the Pro plan?"), "$20")
+        assert cache.lookup(cache.request("What is the price of the Pro plan?")) is None
         _store(cache, "What's the weather like in Paris today?", "Sunny")  # the rules' "today"
         assert cache.lookup(cache.request("What is the weather like in Paris today?")) is not None
 
@@ -120,10 +127,10 @@ def test_stale_responses_are_not_served_and_their_points_go(cache: Cache) -> Non
 
 
 def test_exact_only_and_negative_entries_are_not_indexed(cache: Cache) -> None:
-    assert cache.update(cache.request("Call the weather tool for Paris"), "{tool}", semantic=False)
+    assert cache.update(cache.request("Call the hours tool for Paris"), "{tool}", semantic=False)
     assert cache.update(cache.request("Something with no answer"), "", negative=True)
     assert cache.semantic is not None and cache.semantic.index.count() == 0
-    assert cache.lookup(cache.request("Call the weather tool for Paris please")) is None
+    assert cache.lookup(cache.request("Call the hours tool for Paris please")) is None
 
 
 def test_feedback_removes_a_wrong_semantic_match(cache: Cache) -> None:
