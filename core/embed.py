@@ -154,6 +154,11 @@ class CachedEmbedder:
         vectors = [v for v in out if v is not None]
         return np.vstack(vectors) if vectors else np.zeros((0, self.dim), np.float32)
 
+    def clear(self) -> None:
+        """Forget every remembered vector."""
+        with self._lock:
+            self._lru.clear()
+
 
 _BUILTIN: dict[str, Callable[[], Embedder]] = {
     "use-m": USEEmbedder,

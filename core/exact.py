@@ -83,10 +83,15 @@ class ExactTier:
     # lookup --------------------------------------------------------------------------------
     def get(self, request: CacheRequest) -> ExactHit | None:
         key = self.key(request)
-        self.refresh_if_due()
+        reachable = self.refresh_if_due()
         hit = self._from_l1(key)
-        if hit is not None or not self._should_read_l2(key):
+        if hit is not None:
             return hit
+        if not reachable:  # the store just failed the poll: one lookup costs one timeout at most
+            self._miss()
+            return None
+        if not self._should_read_l2(key):
+            return None
         try:
             record = self.store.get(key)  # type: ignore[union-attr]
         except Exception as exc:
@@ -100,10 +105,15 @@ class ExactTier:
 
     async def aget(self, request: CacheRequest) -> ExactHit | None:
         key = self.key(request)
-        self.refresh_if_due()
+        reachable = self.refresh_if_due()
         hit = self._from_l1(key)
-        if hit is not None or not self._should_read_l2(key):
+        if hit is not None:
             return hit
+        if not reachable:  # the store just failed the poll: one lookup costs one timeout at most
+            self._miss()
+            return None
+        if not self._should_read_l2(key):
+            return None
         try:
             record = await self.store.aget(key)  # type: ignore[union-attr]
         except Exception as exc:
@@ -313,14 +323,15 @@ class ExactTier:
         return min(self.policy.l1, self.policy.base_ttl(entry.category, negative=entry.negative))
 
     # versions, invalidation, eviction ------------------------------------------------------
-    def refresh_if_due(self) -> None:
-        """Poll shared versions and the Bloom write log, at most once per ``refresh_s``."""
+    def refresh_if_due(self) -> bool:
+        """Poll shared versions and the Bloom write log, at most once per ``refresh_s``;
+        ``False`` when that poll just failed."""
         now = time.monotonic()
         if now < self._next_refresh or self.store is None:
-            return
+            return True
         self._next_refresh = now + self.refresh_s
         if not self.breaker.allow():
-            return
+            return True
         try:
             if not self._subscribed:
                 self.store.subscribe(self.namespace, self._on_event)
@@ -330,8 +341,9 @@ class ExactTier:
                 self.bloom.sync(self.store, self.namespace)  # starts the background load
         except Exception as exc:
             self._failed("refresh", exc)
-        else:
-            self.breaker.success()
+            return False
+        self.breaker.success()
+        return True
 
     def _refresh_tags(self, tags: tuple[str, ...]) -> None:
         if self.store is None or not self.breaker.allow():

@@ -77,8 +77,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_redis(port: int, timeout: float = 10) -> None:
-    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+def wait_for_redis(port: int, timeout: float = 10, password: str | None = None) -> None:
+    client = redis.Redis(port=port, socket_connect_timeout=0.2, password=password)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -93,7 +93,7 @@ def wait_for_redis(port: int, timeout: float = 10) -> None:
 class RedisServer:
     """A private redis-server on a free loopback port that a test may stop and restart."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, extra_args: list[str] | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (.ci/run installs it)")
@@ -101,9 +101,10 @@ class RedisServer:
         self.directory = directory
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra_args = extra_args or []
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, password: str | None = None) -> None:
         self.process = subprocess.Popen(
             [
                 self.binary,
@@ -113,11 +114,12 @@ class RedisServer:
                 "--appendonly", "no",
                 "--enable-debug-command", "yes",
                 "--dir", str(self.directory),
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for_redis(self.port)
+        wait_for_redis(self.port, password=password)
 
     def stop(self) -> None:
         if self.process is not None:

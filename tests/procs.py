@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import random
+import threading
 import time
+from collections import Counter
 from multiprocessing.queues import Queue
 from typing import Any
 
@@ -42,3 +47,94 @@ def open_cache_and_report(path: str, results: Queue) -> None:
         hit = cache.lookup(cache.request("How do I reset my password?"))
         report["exact_hit"] = hit is not None and hit.tier == "exact"
         results.put(report)
+
+
+def _sealed(key: str, n: int) -> str:
+    """A value that says which key and which write it is, with a checksum over both."""
+    body = f"{key}|{n}"
+    return f"{body}|{hashlib.sha256(body.encode()).hexdigest()[:16]}"
+
+
+def _intact(key: str, text: str) -> bool:
+    body, _, digest = text.rpartition("|")
+    return body.startswith(f"{key}|") and hashlib.sha256(body.encode()).hexdigest()[:16] == digest
+
+
+def storm(options: dict[str, Any], worker: int, seconds: float, results: Queue) -> None:
+    """8 threads and an asyncio task mixing lookups, updates and invalidations for ``seconds``.
+
+    Each thread owns its stable keys (so "the last value" of a key is well defined) and reads
+    every worker's keys; volatile keys are written under a tag that anyone may invalidate.
+    Reports the last value of every stable key, and every torn or foreign value it read."""
+    with Cache(**options) as cache:
+        stop = time.monotonic() + seconds
+        last: dict[str, str] = {}
+        bad: list[str] = []
+        ops: Counter[str] = Counter()
+        lock = threading.Lock()
+
+        def step(rng: random.Random, owner: str, n: int) -> tuple[str, Any, Any]:
+            roll = rng.random()
+            if roll < 0.35:
+                key = f"{owner}k{rng.randrange(15)}"
+                return "write", key, _sealed(key, n)
+            if roll < 0.45:
+                key = f"{owner}v{rng.randrange(5)}"
+                return "volatile", key, _sealed(key, n)
+            if roll < 0.47:
+                return "invalidate", "volatile", None
+            key = f"w{rng.randrange(2)}t{rng.randrange(9)}k{rng.randrange(15)}"
+            return "read", key, None
+
+        def record(kind: str, key: str, value: Any, result: Any) -> None:
+            with lock:
+                ops[kind] += 1
+                if kind == "write" and result:
+                    last[key] = value
+                if kind == "read" and result is not None and not _intact(key, result.text):
+                    bad.append(f"{key}: {result.text!r}")
+
+        def thread_main(t: int) -> None:
+            rng = random.Random(worker * 100 + t)
+            owner, n = f"w{worker}t{t}", 0
+            while time.monotonic() < stop:
+                n += 1
+                kind, key, value = step(rng, owner, n)
+                tags = ["volatile"] if kind == "volatile" else []
+                if kind == "invalidate":
+                    cache.invalidate("volatile")
+                    result: Any = None
+                elif kind == "read":
+                    result = cache.lookup(cache.request(key), semantic=False)
+                else:
+                    result = cache.update(cache.request(key, tags=tags), value, semantic=False)
+                record(kind, key, value, result)
+
+        async def async_main() -> None:
+            rng = random.Random(worker * 100 + 8)
+            owner, n = f"w{worker}t8", 0
+            while time.monotonic() < stop:
+                n += 1
+                kind, key, value = step(rng, owner, n)
+                if kind == "invalidate":
+                    result: Any = None
+                elif kind == "read":
+                    result = await cache.alookup(cache.request(key), semantic=False)
+                else:
+                    tags = ["volatile"] if kind == "volatile" else []
+                    result = await cache.aupdate(
+                        cache.request(key, tags=tags), value, semantic=False
+                    )
+                record(kind, key, value, result)
+
+        threads = [threading.Thread(target=thread_main, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        asyncio.run(async_main())
+        for thread in threads:
+            thread.join(seconds + 30)
+        stats = cache.stats()["exact"]
+        results.put({"worker": worker, "last": last, "bad": bad, "ops": dict(ops),
+                     "dropped_writes": stats.get("dropped_writes", 0),
+                     "errors": stats.get("read_errors", 0),
+                     "hung": sum(t.is_alive() for t in threads)})  # fmt: skip

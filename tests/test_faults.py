@@ -74,7 +74,9 @@ def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(
     elapsed = time.monotonic() - started
     sleeper.join()
     assert elapsed < 1.0  # bounded by the 50 ms socket timeout, far below the 2 s stall
-    assert cache.stats()["exact"]["read_errors"] == 1
+    stats = cache.stats()["exact"]
+    # one failed round trip (the version poll or the read), and not a second one after it
+    assert stats.get("read_errors", 0) + stats.get("refresh_errors", 0) == 1
     cache.close()
 
 
