@@ -251,9 +251,9 @@ class ExactTier:
         if prepared is None:
             return None
         key, entry, data, ttl = prepared
-        if self.store is not None and self.breaker.allow():
+        if self._may_write():
             try:
-                entry.watermark = self.store.set(key, data, ttl)
+                entry.watermark = self.store.set(key, data, ttl)  # type: ignore[union-attr]
                 self.breaker.success()
             except Exception as exc:
                 self._failed("write", exc)
@@ -274,13 +274,22 @@ class ExactTier:
         if prepared is None:
             return None
         key, entry, data, ttl = prepared
-        if self.store is not None and self.breaker.allow():
+        if self._may_write():
             try:
-                entry.watermark = await self.store.aset(key, data, ttl)
+                entry.watermark = await self.store.aset(key, data, ttl)  # type: ignore[union-attr]
                 self.breaker.success()
             except Exception as exc:
                 self._failed("write", exc)
         return self._finish_put(key, entry, data)
+
+    def _may_write(self) -> bool:
+        """True when L2 may be written; a write the open breaker refuses is dropped, counted."""
+        if self.store is None:
+            return False
+        if self.breaker.allow():
+            return True
+        self.metrics.incr(TIER, "dropped_writes")
+        return False
 
     def _prepare(
         self,

@@ -193,6 +193,8 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert report["outage"]["app_errors"] == 0
     assert report["outage"]["answered"] == report["outage"]["requests"]
     assert report["outage"]["breaker_opened"] >= 1 and report["outage"]["hits_after_restart"] > 0
+    # every write that did not reach the server was counted as dropped, and no other
+    assert report["outage"]["dropped_writes"] == report["outage"]["writes_not_on_the_server"] > 0
     assert report["slow_redis"]["app_errors"] == 0
     assert report["corrupt_values"]["served"] == 0 and report["corrupt_values"]["keys_left"] == 0
     assert report["tenants"]["wrong_tenant_hits"] == 0
