@@ -122,3 +122,39 @@ def test_unreachable_cluster_is_a_miss_not_an_error() -> None:
     assert cache.update(req, "a") is True  # kept in L1
     assert cache.lookup(req).level == "l1"  # type: ignore[union-attr]
     assert cache.stats()["exact"]["dropped_writes"] == 1
+
+
+def test_coalescing_locks_on_redis_cluster(cluster_url: str) -> None:
+    """Two coalescers over the cluster (as two processes would have): one leader, the lock
+    released afterwards, whichever master owns the key's slot."""
+    import threading
+
+    from tricache.coalesce import Coalescer
+    from tricache.stores.redis import RedisStore
+
+    store = RedisStore(cluster_url, cluster=True)
+    a, b = Coalescer(store, timeout=5, poll=0.01), Coalescer(store, timeout=5, poll=0.01)
+    for i in range(6):  # keys on every master
+        key = f"tricache:clu:x:{i:040x}"
+        roles: list[bool] = []
+        barrier = threading.Barrier(2)
+
+        def run(
+            c: Coalescer,
+            key: str = key,
+            roles: list[bool] = roles,
+            barrier: threading.Barrier = barrier,
+        ) -> None:
+            barrier.wait()
+            with c.turn(key) as leader:
+                roles.append(leader)
+                time.sleep(0.1)
+
+        threads = [threading.Thread(target=run, args=(c,)) for c in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert sorted(roles) == [False, True]
+        assert not store.is_locked(key.replace(":x:", ":lock:"))
+    store.close()
