@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import redis
 
 from tricache import Cache
@@ -115,3 +118,37 @@ def test_unreadable_sqlite_file_disables_l2_with_a_clear_log(tmp_path: Path, cap
     cache.update(req, "a")
     assert cache.lookup(req).text == "a"  # type: ignore[union-attr]
     assert cache.stats()["store"]["l2"] == "none"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs: a disk that fills up (needs root; skipped, and reported, elsewhere)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+                          capture_output=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_drops_writes_and_keeps_serving(
+    tiny_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite reports a full disk (writes dropped, counted); the embedded vector index, which
+    writes through memory maps (a SIGBUS on a full disk), is not opened below its free-space
+    floor: the semantic tier turns itself off with a clear log line."""
+    with Cache(path=tiny_disk / "l2.sqlite3", vector_path=tiny_disk / "vectors") as cache:
+        first = cache.request("How do I reset my password?")
+        assert cache.update(first, "Use the link.")
+        answer = "x" * 20_000
+        results = [cache.update(cache.request(f"filler question {i}"), answer) for i in range(60)]
+        stats = cache.stats()["exact"]
+        assert stats.get("write_errors", 0) >= 1 and stats["dropped_writes"] >= 1
+        assert all(results)  # kept in L1 meanwhile: the caller never sees the failure
+        assert cache.lookup(first) is not None
+        assert cache.semantic is None
+    assert any("free under" in r.getMessage() for r in caplog.records)

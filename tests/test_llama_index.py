@@ -318,3 +318,16 @@ def test_tool_calling_goes_through_the_inner_model_and_replays_exactly(core: Cac
     assert [c.tool_name for c in llm.get_tool_calls_from_response(first)] == ["opening_hours"]
     reworded = llm.chat_with_tools([tool], user_msg="When is the office in Lyon open?")
     assert reworded.additional_kwargs["tricache"]["tier"] == "llm"  # tool calls: same call only
+
+
+def test_with_llama_index_mock_llm(core: Cache) -> None:
+    from llama_index.core.llms import MockLLM
+
+    llm = TriCacheLLM(MockLLM(max_tokens=4), cache=core)
+    first = llm.complete("What does TriCache cache?")
+    again = llm.complete("what does tricache cache")
+    assert first.text == again.text == "text text text text"
+    assert first.additional_kwargs["tricache"]["tier"] == "llm"
+    assert again.additional_kwargs["tricache"]["tier"] == "exact"
+    streamed = list(llm.stream_complete("What does TriCache cache?"))
+    assert streamed[-1].text == first.text

@@ -12,7 +12,9 @@ plain indexes (bulk deletes).
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,14 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-__all__ = ["Candidate", "EdgeIndex", "IndexLocked", "QdrantServerIndex", "VectorIndex"]
+__all__ = [
+    "Candidate",
+    "DiskFull",
+    "EdgeIndex",
+    "IndexLocked",
+    "QdrantServerIndex",
+    "VectorIndex",
+]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +38,10 @@ SEARCH_FIELDS = ("question", "ref")
 # HNSW beam width at search time.  A cache looks for near-duplicates (cosine >= ~0.9), which a
 # narrow beam finds as well as a wide one; 64 halves the search time of the default at 100k.
 HNSW_EF = 64
+
+
+class DiskFull(OSError):
+    """Too little free space beside the embedded index to write it safely."""
 
 
 class IndexLocked(RuntimeError):
@@ -124,10 +137,22 @@ class EdgeIndex:
 
     name = "qdrant-edge"
 
-    def __init__(self, path: str | Path, dim: int, *, optimize_every: int = 5000) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        dim: int,
+        *,
+        optimize_every: int = 5000,
+        min_free_bytes: int = 64 * 2**20,
+    ) -> None:
         self.path = Path(path)
         self.dim = dim
         self.path.mkdir(parents=True, exist_ok=True)
+        # The engine writes through memory maps: on a full disk a write is a SIGBUS that kills
+        # the process, not an error.  So it is not written below ``min_free_bytes`` free.
+        self.min_free_bytes = min_free_bytes
+        self._room_checked_at = 0.0
+        self._check_room(force=True)
         self._shard = _SharedShard.acquire(self.path, dim)
         self._write_lock = threading.Lock()
         self._optimize_every = optimize_every
@@ -138,12 +163,30 @@ class EdgeIndex:
         from qdrant_edge import Point, UpdateOperation
 
         point = Point(point_id, vector.astype(np.float32).tolist(), dict(payload))
+        self._check_room()
         with self._write_lock:
             self._shard.update(UpdateOperation.upsert_points([point]))
             self._since_optimize += 1
             due = self._since_optimize >= self._optimize_every
         if due and not self._optimizing.is_set():
             self._start_optimize()
+
+    def _check_room(self, force: bool = False) -> None:
+        """Raise ``DiskFull`` when free space is below the floor (checked at most once a
+        second; a statvfs call)."""
+        now = time.monotonic()
+        if not force and now - self._room_checked_at < 1.0 and not self._full:
+            return
+        self._room_checked_at = now
+        free = shutil.disk_usage(self.path).free
+        self._full = free < self.min_free_bytes
+        if self._full:
+            raise DiskFull(
+                f"{free // 2**20} MiB free under {self.path} (needs {self.min_free_bytes // 2**20}"
+                " MiB): the embedded vector index is not written"
+            )
+
+    _full = False
 
     def search(
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
