@@ -5,10 +5,12 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -134,3 +136,27 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+def roles_of_two_coalescers(store: Any, key: str, hold: float = 0.1) -> list[bool]:
+    """Two coalescers on one store (as two processes would have) take a turn on ``key`` at
+    once; returns who led (sorted), after checking the store lock was released."""
+    from tricache.coalesce import Coalescer
+
+    coalescers = [Coalescer(store, timeout=5, poll=0.01) for _ in range(2)]
+    roles: list[bool] = []
+    barrier = threading.Barrier(2)
+
+    def run(coalescer: Coalescer) -> None:
+        barrier.wait()
+        with coalescer.turn(key) as leader:
+            roles.append(leader)
+            time.sleep(hold)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in coalescers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not store.is_locked(key.replace(":x:", ":lock:"))
+    return sorted(roles)

@@ -16,7 +16,7 @@ import redis
 
 from tricache import Cache
 
-from conftest import free_port, wait_for_redis
+from conftest import free_port, roles_of_two_coalescers, wait_for_redis
 
 
 def cluster_ports(n: int) -> list[int]:
@@ -125,36 +125,11 @@ def test_unreachable_cluster_is_a_miss_not_an_error() -> None:
 
 
 def test_coalescing_locks_on_redis_cluster(cluster_url: str) -> None:
-    """Two coalescers over the cluster (as two processes would have): one leader, the lock
-    released afterwards, whichever master owns the key's slot."""
-    import threading
-
-    from tricache.coalesce import Coalescer
+    """One leader among two coalescers over the cluster, the lock released afterwards,
+    whichever master owns the key's slot."""
     from tricache.stores.redis import RedisStore
 
     store = RedisStore(cluster_url, cluster=True)
-    a, b = Coalescer(store, timeout=5, poll=0.01), Coalescer(store, timeout=5, poll=0.01)
     for i in range(6):  # keys on every master
-        key = f"tricache:clu:x:{i:040x}"
-        roles: list[bool] = []
-        barrier = threading.Barrier(2)
-
-        def run(
-            c: Coalescer,
-            key: str = key,
-            roles: list[bool] = roles,
-            barrier: threading.Barrier = barrier,
-        ) -> None:
-            barrier.wait()
-            with c.turn(key) as leader:
-                roles.append(leader)
-                time.sleep(0.1)
-
-        threads = [threading.Thread(target=run, args=(c,)) for c in (a, b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
-        assert sorted(roles) == [False, True]
-        assert not store.is_locked(key.replace(":x:", ":lock:"))
+        assert roles_of_two_coalescers(store, f"tricache:clu:x:{i:040x}") == [False, True]
     store.close()

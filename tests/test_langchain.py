@@ -18,10 +18,9 @@ from langchain_core.runnables import RunnableLambda
 
 from langchain_tricache import CachedChatModel, TriCache, tenant, with_tricache
 from tricache import Cache
-from tricache.coalesce import Coalescer
 from tricache.stores.redis import RedisStore
 
-from conftest import REDIS_URL
+from conftest import REDIS_URL, roles_of_two_coalescers
 
 
 @pytest.fixture
@@ -329,24 +328,8 @@ def test_a_failing_leader_neither_hangs_the_waiters_nor_caches_the_error(core: C
 def test_coalescing_across_processes_through_redis(namespace: str, redis_client: Any) -> None:
     """Two coalescers on one Redis (as two processes would have): one leader."""
     store = RedisStore(REDIS_URL)
-    a, b = Coalescer(store, timeout=5, poll=0.01), Coalescer(store, timeout=5, poll=0.01)
     key = f"tricache:{namespace}:x:{'ab' * 20}"
-    roles: list[bool] = []
-    barrier = threading.Barrier(2)
-
-    def run(c: Coalescer) -> None:
-        barrier.wait()
-        with c.turn(key) as leader:
-            roles.append(leader)
-            time.sleep(0.2)
-
-    threads = [threading.Thread(target=run, args=(c,)) for c in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert sorted(roles) == [False, True]
-    assert not store.is_locked(key.replace(":x:", ":lock:"))
+    assert roles_of_two_coalescers(store, key, hold=0.2) == [False, True]
     store.close()
 
 
