@@ -433,6 +433,14 @@ _TIME_OR_ASKER_ZH = re.compile(
 
 def is_cacheable(question: str) -> bool:
     """False for questions whose answer depends on the time or on who asks ("today",
-    "latest", "my order", "今天", "最新", "我的订单" …): the semantic tier skips them."""
+    "latest", "my order", "今天", "最新", "我的订单" …): the cache neither stores nor serves
+    them.  Asked on every lookup, so short questions are memoized."""
+    return _cacheable_short(question) if len(question) <= 1024 else _cacheable(question)
+
+
+def _cacheable(question: str) -> bool:
     folded = unicodedata.normalize("NFKC", question).casefold()
     return not (_TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded))
+
+
+_cacheable_short = lru_cache(maxsize=8192)(_cacheable)
