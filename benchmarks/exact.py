@@ -65,6 +65,7 @@ Runner = Callable[[Callable[[], object], Callable[[], object]], tuple[float, flo
 def l2_rows(name: str, kwargs: dict[str, Any], ns: str, run: Runner) -> list[Row]:
     """An L2 hit beside the raw read of the same value, and a miss with and without Bloom."""
     # An L1 TTL of ~0 sends every lookup to L2, as in a fresh process or for a cold key.
+    kwargs = {**kwargs, "semantic": False, "faq": False}  # the exact tier alone
     cache = Cache(namespace=ns, ttl=TtlPolicy(l1=1e-9), bloom=False, **kwargs)
     request = cache.request(QUERY, system="You are a support bot.", llm_key="model-x|t=0")
     cache.update(request, ANSWER, {"usage": {"total_tokens": 512}})
@@ -113,7 +114,7 @@ def main() -> None:
     ns = f"bench{uuid.uuid4().hex[:8]}"
 
     # L1 hit vs a plain dict lookup of the same payload
-    cache = Cache(l2=False, namespace=ns)
+    cache = Cache(l2=False, namespace=ns, semantic=False, faq=False)
     request = cache.request(QUERY, system="You are a support bot.", llm_key="model-x|t=0")
     cache.update(request, ANSWER, {"usage": {"total_tokens": 512}})
     plain = {"k": CacheEntry(ANSWER, {"usage": {"total_tokens": 512}})}

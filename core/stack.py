@@ -153,6 +153,7 @@ class Cache:
             else None
         )  # fmt: skip
         self._faq: Any = None
+        self._faq_absent_until = 0.0
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
 
@@ -274,8 +275,11 @@ class Cache:
     def faq(self) -> FaqStore | None:
         """The FAQ store, opened on first use when it holds entries; ``None`` otherwise."""
         if self._faq is None and self._faq_options is not None:
-            path = Path(self._faq_options["path"])
-            if not path.exists():
+            now = time.monotonic()
+            if now < self._faq_absent_until:  # no FAQ file a moment ago: do not stat per miss
+                return None
+            if not Path(self._faq_options["path"]).exists():
+                self._faq_absent_until = now + 1.0
                 return None
             self._faq = self._open_faq()
         return self._faq if self._faq is not None and self._faq.count() else None
