@@ -93,7 +93,7 @@ FILLERS_ZH = _words(
     "一下 一个 具体 到底 可不可以 吧 呀 告诉 呢 啊 应该 是不是 有没有 知道 究竟 请问 这个 那个 需要 是否 才 才能 能否 可否 会 得 过 着 已经 就是"
     # colloquial question words (= 什么, 怎么), particles, light verbs and degree words that
     # change how a question is asked, not what it asks
-    " 啥 咋 咋样 怎样 怎么样 样 么 哦 嘛 啦 的话 点 一点 一些 有些 用 自己 那么 这么 比较 大家 有人 帮忙 帮 求"
+    " 啥 咋 咋样 怎样 怎么样 样 么 哦 嘛 啦 的话 点 一点 一些 有些 自己 那么 这么 比较 大家 有人 帮忙 帮 求"
 )
 
 # Relation words: they order the question (order guard) but are not content of their own.
