@@ -421,9 +421,18 @@ def check(
 _TIME_OR_ASKER_EN = re.compile(
     r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|recent|"
     r"recently|this (?:week|month|year|morning|afternoon|evening)|next (?:week|month|year)|"
-    r"last (?:week|month|year|night)|my (?:order|account|balance|package|parcel|delivery|"
-    r"bill|invoice|subscription|payment|refund|ticket|booking|reservation|flight|card)|"
+    r"last (?:week|month|year|night)|"
     r"weather|stock price|exchange rate|score of|breaking news|what time)\b"
+)
+# "Is my order late?" asks about the asker's own state; "How do I cancel my order?" asks how
+# to do something, which has one answer for everyone.
+_ASKER_EN = re.compile(
+    r"\bmy (?:order|account|balance|package|parcel|delivery|bill|invoice|subscription|payment|"
+    r"refund|ticket|booking|reservation|flight|card)\b"
+)
+_PROCEDURE_EN = re.compile(
+    r"^(?:how (?:do|can|could|should|would) i|how to|what(?: is|'s) the (?:way|best way) to|"
+    r"is it possible to|can i) "
 )
 _TIME_OR_ASKER_ZH = re.compile(
     r"今天|今日|今晚|明天|昨天|现在|目前|当前|最新|最近|刚刚|本周|这周|本月|这个月|今年|下周|"
@@ -439,8 +448,10 @@ def is_cacheable(question: str) -> bool:
 
 
 def _cacheable(question: str) -> bool:
-    folded = unicodedata.normalize("NFKC", question).casefold()
-    return not (_TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded))
+    folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
+    if _TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded):
+        return False
+    return not _ASKER_EN.search(folded) or bool(_PROCEDURE_EN.match(folded))
 
 
 _cacheable_short = lru_cache(maxsize=8192)(_cacheable)

@@ -81,15 +81,18 @@ def test_analysis_extracts_numbers_entities_and_negations() -> None:
 @pytest.mark.parametrize(
     "question",
     ["What's the weather today?", "What is the latest version?", "Where is my order?",
-     "今天北京天气怎么样", "最新的版本是什么", "我的订单到哪了", "What time is it now?"],
+     "今天北京天气怎么样", "最新的版本是什么", "我的订单到哪了", "What time is it now?",
+     "Is my account locked?", "Has my refund been paid?"],
 )  # fmt: skip
 def test_time_or_asker_dependent_questions_are_not_cacheable(question: str) -> None:
     assert not is_cacheable(question)
 
 
 @pytest.mark.parametrize(
-    "question", ["How do I reset my password?", "怎么重置密码", "What is a mortgage?"]
-)
+    "question",
+    ["How do I reset my password?", "怎么重置密码", "What is a mortgage?",
+     "How do I delete my account?", "How can I cancel my subscription?"],
+)  # fmt: skip
 def test_stable_questions_are_cacheable(question: str) -> None:
     assert is_cacheable(question)
 
