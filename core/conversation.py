@@ -55,12 +55,9 @@ def split_conversation(messages: Sequence[tuple[str, str, str]]) -> Conversation
     return Conversation(text, system, history)
 
 
-def canonical_calls(calls: Iterable[Any]) -> str:
+def canonical_calls(calls: Iterable[Mapping[str, Any]]) -> str:
     """Tool calls as stable text, without their ids (which differ on every run)."""
-    stripped = [
-        {k: v for k, v in (c.items() if isinstance(c, Mapping) else vars(c).items()) if k != "id"}
-        for c in calls
-    ]
+    stripped = [{k: v for k, v in c.items() if k != "id"} for c in calls]
     return json.dumps(stripped, sort_keys=True, default=str) if stripped else ""
 
 

@@ -85,13 +85,8 @@ class ExactTier:
         key = self.key(request)
         reachable = self.refresh_if_due()
         hit = self._from_l1(key)
-        if hit is not None:
+        if hit is not None or not self._should_read_l2(key, reachable):
             return hit
-        if not reachable:  # the store just failed the poll: one lookup costs one timeout at most
-            self._miss()
-            return None
-        if not self._should_read_l2(key):
-            return None
         try:
             record = self.store.get(key)  # type: ignore[union-attr]
         except Exception as exc:
@@ -107,13 +102,8 @@ class ExactTier:
         key = self.key(request)
         reachable = self.refresh_if_due()
         hit = self._from_l1(key)
-        if hit is not None:
+        if hit is not None or not self._should_read_l2(key, reachable):
             return hit
-        if not reachable:  # the store just failed the poll: one lookup costs one timeout at most
-            self._miss()
-            return None
-        if not self._should_read_l2(key):
-            return None
         try:
             record = await self.store.aget(key)  # type: ignore[union-attr]
         except Exception as exc:
@@ -172,9 +162,11 @@ class ExactTier:
         self.metrics.incr(TIER, "hits_l1")
         return ExactHit(entry, key, "l1")
 
-    def _should_read_l2(self, key: str) -> bool:
-        """True when L2 must be asked; otherwise the lookup is a miss, counted here."""
-        if self.store is None:
+    def _should_read_l2(self, key: str, reachable: bool = True) -> bool:
+        """True when L2 must be asked; otherwise the lookup is a miss, counted here.
+        ``reachable=False``: the store just failed this lookup's poll, and one lookup costs
+        one timeout at most."""
+        if self.store is None or not reachable:
             skipped = None
         elif self._surely_never_written(key):
             skipped = "bloom_skips"  # a round trip saved

@@ -29,6 +29,7 @@ __all__ = [
     "completion_payload",
     "llm_key",
     "parse_chat",
+    "role_of",
     "servable_to_look_alikes",
     "usage_tokens",
 ]
@@ -41,18 +42,14 @@ _NOT_IN_KEY = ("key", "secret", "token", "password", "callback", "base_url", "ti
 
 def parse_chat(messages: Sequence[ChatMessage]) -> Conversation:
     """System and developer messages → system; the last user message → the question."""
-    triples = []
-    for message in messages:
-        role = _role(message)
-        triples.append(
-            ("system" if role in _SYSTEM_ROLES else role, _text(message), _calls(message))
-        )
-    return split_conversation(triples)
+    return split_conversation([(role_of(m), _text(m), _calls(m)) for m in messages])
 
 
-def _role(message: ChatMessage) -> str:
+def role_of(message: ChatMessage) -> str:
+    """The message's role as plain text, developer messages counted as system ones."""
     role = message.role
-    return role.value if isinstance(role, MessageRole) else str(role)
+    name = role.value if isinstance(role, MessageRole) else str(role)
+    return "system" if name in _SYSTEM_ROLES else name
 
 
 def _text(message: ChatMessage) -> str:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -152,25 +153,16 @@ class TriCacheLLM(FunctionCallingLLM):
         call = self._chat_call(messages, kwargs)
         if call is None:
             return self.llm.chat(messages, **kwargs)
-        if (cached := self._cached_chat(self._lookup(call))) is not None:
-            return cached
-        with self._coalescer.turn(call.key) as leader:
-            if not leader and (cached := self._cached_chat(self._lookup(call))) is not None:
-                return cached
-            return self._stored(call, self.llm.chat(messages, **kwargs), chat_payload)
+        ask = partial(self.llm.chat, messages, **kwargs)
+        return self._answer(call, self._cached_chat, ask, chat_payload)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         call = self._chat_call(messages, kwargs)
         if call is None:
             return await self.llm.achat(messages, **kwargs)
-        if (cached := self._cached_chat(await self._alookup(call))) is not None:
-            return cached
-        async with self._coalescer.aturn(call.key) as leader:
-            if not leader and (cached := self._cached_chat(await self._alookup(call))):
-                return cached
-            response = await self.llm.achat(messages, **kwargs)
-            return await self._astored(call, response, chat_payload)
+        ask = partial(self.llm.achat, messages, **kwargs)
+        return await self._aanswer(call, self._cached_chat, ask, chat_payload)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
@@ -201,13 +193,8 @@ class TriCacheLLM(FunctionCallingLLM):
         call = self._completion_call(prompt, formatted, kwargs)
         if call is None:
             return self.llm.complete(prompt, formatted=formatted, **kwargs)
-        if (cached := self._cached_completion(self._lookup(call))) is not None:
-            return cached
-        with self._coalescer.turn(call.key) as leader:
-            if not leader and (cached := self._cached_completion(self._lookup(call))):
-                return cached
-            response = self.llm.complete(prompt, formatted=formatted, **kwargs)
-            return self._stored(call, response, completion_payload)
+        ask = partial(self.llm.complete, prompt, formatted=formatted, **kwargs)
+        return self._answer(call, self._cached_completion, ask, completion_payload)
 
     @llm_completion_callback()
     async def acomplete(
@@ -216,13 +203,8 @@ class TriCacheLLM(FunctionCallingLLM):
         call = self._completion_call(prompt, formatted, kwargs)
         if call is None:
             return await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
-        if (cached := self._cached_completion(await self._alookup(call))) is not None:
-            return cached
-        async with self._coalescer.aturn(call.key) as leader:
-            if not leader and (cached := self._cached_completion(await self._alookup(call))):
-                return cached
-            response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
-            return await self._astored(call, response, completion_payload)
+        ask = partial(self.llm.acomplete, prompt, formatted=formatted, **kwargs)
+        return await self._aanswer(call, self._cached_completion, ask, completion_payload)
 
     @llm_completion_callback()
     def stream_complete(
@@ -308,6 +290,24 @@ class TriCacheLLM(FunctionCallingLLM):
         except Exception as exc:  # an odd prompt is a miss, never an error in the app
             log.warning("tricache: call not cacheable (%s)", exc)
             return None
+
+    def _answer(self, call: _Call, cached_of: Any, ask: Any, to_payload: Any) -> Any:
+        """From the cache, else from the inner model (one call for concurrent identical
+        requests), stored."""
+        if (cached := cached_of(self._lookup(call))) is not None:
+            return cached
+        with self._coalescer.turn(call.key) as leader:
+            if not leader and (cached := cached_of(self._lookup(call))) is not None:
+                return cached
+            return self._stored(call, ask(), to_payload)
+
+    async def _aanswer(self, call: _Call, cached_of: Any, ask: Any, to_payload: Any) -> Any:
+        if (cached := cached_of(await self._alookup(call))) is not None:
+            return cached
+        async with self._coalescer.aturn(call.key) as leader:
+            if not leader and (cached := cached_of(await self._alookup(call))) is not None:
+                return cached
+            return await self._astored(call, await ask(), to_payload)
 
     def _lookup(self, call: _Call) -> Hit | None:
         return self._cache.lookup(call.request, semantic=call.semantic)

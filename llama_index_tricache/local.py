@@ -21,6 +21,8 @@ from pydantic import Field
 
 from tricache.kv import KVResult, PrefixBackend
 
+from .convert import role_of
+
 __all__ = ["LocalPrefixLLM"]
 
 
@@ -98,11 +100,7 @@ class LocalPrefixLLM(CustomLLM):
 
 
 def _plain(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    out = []
-    for m in messages:
-        role = m.role.value if isinstance(m.role, MessageRole) else str(m.role)
-        out.append({"role": "system" if role == "developer" else role, "content": m.content or ""})
-    return out
+    return [{"role": role_of(m), "content": m.content or ""} for m in messages]
 
 
 def _usage(result: KVResult) -> dict[str, Any]:

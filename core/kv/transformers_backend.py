@@ -104,8 +104,9 @@ class TransformersBackend:
 
     def warm(self, system: str) -> int:
         ids = self.layout.prefix_ids(system)
-        if ids:
-            self._prefix_cache(ids)
+        key = _digest(ids)
+        if ids and self._prefixes.get(key) is None:
+            self._compute_prefix(ids, key)
         return len(ids)
 
     @property
@@ -140,24 +141,22 @@ class TransformersBackend:
         usable = min(prefix_len, len(ids) - 1)  # at least one token must be fed for logits
         if not self.reuse or usable <= 0:
             return DynamicCache(), 0
-        found = self._prefixes.get(_digest(ids[:prefix_len]))
+        key = _digest(ids[:prefix_len])
+        found = self._prefixes.get(key)
         # first call with this prefix: compute it once (it counts as prefilled), keep it
-        prefix = found if found is not None else self._prefix_cache(ids[:prefix_len])
+        prefix = found if found is not None else self._compute_prefix(ids[:prefix_len], key)
         cache = copy.deepcopy(prefix)
         if usable < prefix_len:
             cache.crop(usable)
         return cache, usable if found is not None else 0
 
-    def _prefix_cache(self, prefix: list[int]) -> Any:
-        key = _digest(prefix)
-        cached = self._prefixes.get(key)
-        if cached is None:
-            from transformers import DynamicCache
+    def _compute_prefix(self, prefix: list[int], key: str) -> Any:
+        from transformers import DynamicCache
 
-            cached = DynamicCache()
-            with self._torch.inference_mode():
-                self._forward(prefix, cached)
-            self._prefixes.put(key, cached, _nbytes(cached))
+        cached = DynamicCache()
+        with self._torch.inference_mode():
+            self._forward(prefix, cached)
+        self._prefixes.put(key, cached, _nbytes(cached))
         return cached
 
 

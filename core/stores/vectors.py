@@ -151,8 +151,9 @@ class EdgeIndex:
         # The engine writes through memory maps: on a full disk a write is a SIGBUS that kills
         # the process, not an error.  So it is not written below ``min_free_bytes`` free.
         self.min_free_bytes = min_free_bytes
-        self._room_checked_at = 0.0
-        self._check_room(force=True)
+        self._room_checked_at = float("-inf")
+        self._full = False
+        self._check_room()
         self._shard = _SharedShard.acquire(self.path, dim)
         self._write_lock = threading.Lock()
         self._optimize_every = optimize_every
@@ -171,11 +172,11 @@ class EdgeIndex:
         if due and not self._optimizing.is_set():
             self._start_optimize()
 
-    def _check_room(self, force: bool = False) -> None:
-        """Raise ``DiskFull`` when free space is below the floor (checked at most once a
-        second; a statvfs call)."""
+    def _check_room(self) -> None:
+        """Raise ``DiskFull`` when free space is below the floor (a statvfs call, at most once
+        a second while there is room)."""
         now = time.monotonic()
-        if not force and now - self._room_checked_at < 1.0 and not self._full:
+        if now - self._room_checked_at < 1.0 and not self._full:
             return
         self._room_checked_at = now
         free = shutil.disk_usage(self.path).free
@@ -185,8 +186,6 @@ class EdgeIndex:
                 f"{free // 2**20} MiB free under {self.path} (needs {self.min_free_bytes // 2**20}"
                 " MiB): the embedded vector index is not written"
             )
-
-    _full = False
 
     def search(
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
