@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from . import entities
+from .entities import latin_entities
 from .lexicon import (
     ANTONYMS_EN,
     ANTONYMS_ZH,
@@ -46,12 +48,13 @@ __all__ = [
     "analyze",
     "check",
     "is_cacheable",
+    "use_entity_recognizer",
+    "warm_up",
 ]
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[a-z0-9]+(?:[-'’.][a-z0-9]+)*|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*|\d+[A-Za-z]\w*")
 _ZH_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万亿]+(?:点[零〇一二三四五六七八九]+)?")
 
 
@@ -80,9 +83,22 @@ def analyze(question: str) -> Analysis:
         tokens=words,
         negations=_negations(folded, words),
         numbers=_numbers(folded, words),
-        entities=_entities(question) | names,
+        entities=latin_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
     )
+
+
+def use_entity_recognizer(mode: entities.Mode) -> None:
+    """Find English names with "spacy", "rules" only, or "auto" (spaCy when installed)."""
+    entities.use(mode)
+    analyze.cache_clear()
+
+
+def warm_up() -> None:
+    """Load the models the guards use (jieba's tagger, spaCy if installed) now rather than on
+    the first lookup, which would wait seconds for them."""
+    analyze("Warm up the guards before the first lookup?")
+    analyze("先加载分词词典")
 
 
 def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -167,28 +183,6 @@ def _zh_value(numeral: str) -> float:
     if fraction:
         value += float("0." + "".join(str(ZH_DIGITS[c]) for c in fraction))
     return value
-
-
-def _entities(original: str) -> frozenset[str]:
-    """Names, product variants and codes in Latin script: mixed letters+digits, acronyms,
-    CamelCase, and capitalized words not at a sentence start (ignored in Title Case Text)."""
-    found: set[str] = set()
-    raw = unicodedata.normalize("NFKC", original)
-    matches = list(_LATIN_WORD.finditer(raw))
-    capitalized = sum(m.group()[0].isupper() for m in matches)
-    title_case = len(matches) >= 3 and capitalized > len(matches) / 2
-    for m in matches:
-        word = m.group()
-        before = raw[: m.start()].rstrip()
-        sentence_start = not before or before[-1] in ".!?。？！:：\"'“"
-        if (
-            (any(c.isdigit() for c in word) and any(c.isalpha() for c in word))
-            or (len(word) >= 2 and word.isupper())
-            or any(c.isupper() for c in word[1:])
-            or (word[0].isupper() and not title_case and not sentence_start and word != "I")
-        ):
-            found.add(word.casefold())
-    return frozenset(found)
 
 
 # The guards --------------------------------------------------------------------------------

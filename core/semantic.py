@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .audit import AuditLog
 from .embed import Embedder
 from .entry import CacheEntry
-from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable
+from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
 from .metrics import Metrics
 from .request import CacheRequest, context_fingerprint
 from .stores.vectors import Candidate, VectorIndex
@@ -125,6 +125,7 @@ class SemanticTier:
         self.max_chars = max_chars
         self.metrics = metrics or Metrics()
         self.audit = audit
+        warm_up()
 
     # lookup --------------------------------------------------------------------------------
     def lookup(

