@@ -5,6 +5,7 @@ threshold at 0.80 and 0.90 with the same embedder and no guards (what GPTCache, 
 langchain-redis and LiteLLM do).  Each pair runs through the real cache (eval-pairs).
 
     python benchmarks/semantic_quality.py [--limit 1000] [--embedder use-m] [--data ../shared/data]
+        [--entities auto|spacy|rules]
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from tricache import entities
 from tricache.evaluate import evaluate_pairs, read_pairs
+from tricache.guards import use_entity_recognizer
 
 SETS = {
     # hard negatives: word order, negation/antonyms
@@ -41,10 +44,15 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="pairs per set (default: all)")
     parser.add_argument("--embedder", default="use-m")
     parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument(
+        "--entities", default="auto", help="English names: auto (spaCy if installed), rules"
+    )
     parser.add_argument("--baselines", default="0.8,0.9", help="'' for none")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     baselines = [float(b) for b in args.baselines.split(",") if b]
+    use_entity_recognizer(args.entities)
+    names_by = entities.recognizer()
 
     results: dict[str, dict[str, object]] = {}
     lines = [
@@ -80,9 +88,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/semantic_quality.py " + " ".join(sys.argv[1:])
     stem = f"semantic_quality_{args.embedder}"
+    if args.entities != "auto":
+        stem += f"_{args.entities}"
     (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
     (args.out / f"{stem}.md").write_text(
-        f"# Semantic decision quality ({args.embedder})\n\nCommand: `{command.strip()}`\n\n"
+        f"# Semantic decision quality ({args.embedder}, English names by {names_by})\n\n"
+        f"Command: `{command.strip()}`\n\n"
         "P = precision of served answers, R = recall (share of same-meaning pairs served), "
         "FH = false-hit rate (share of different-meaning pairs served).\n\n" + table + "\n"
     )
