@@ -285,7 +285,8 @@ def order(a: Analysis, b: Analysis) -> str | None:
     to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question; moving a
     word into the middle re-attaches it: "the original version … the mild edition" vs "the
     mild version … the original edition")."""
-    seq_a, seq_b = _content(a), _content(b)
+    seq_a = [_stem(t) for t in _content(a)]
+    seq_b = [_stem(t) for t in _content(b)]
     common = Counter(seq_a) & Counter(seq_b)
     if sum(common.values()) < 2:
         return None

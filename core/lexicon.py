@@ -77,27 +77,31 @@ WH_ZH = ("什么时候", "何时", "哪里", "哪儿", "在哪", "谁", "为什�
 # English words that carry no content for the order and entity guards.  Relation words
 # ("than", "from", "to", "vs") are NOT here: swapping what stands around them changes meaning.
 STOPWORDS_EN = _words(
-    "a about also am an and any anyone anything are as at be been being but can could did do "
-    "does get got had has have he her here him his how i if in into is it its just may me might "
-    "mine must my of on one or our please really shall she should so some someone something "
+    "a about also am an and any anyone anything are as be been being but can could did do "
+    "does get got had has have he her here him his how i if is it its just may me might "
+    "mine must my one or our please really shall she should so some someone something "
     "that the their them there these they this those us very was way ways we were what which "
-    "will with would you your yours"
+    "will would you your yours"
 )
 
 # Words that add no content when one question has them and the other does not.
 FILLERS_EN = _words(
     "actually anybody basically best ever exactly explain go going good kind know like make "
-    "need possible possibly somebody sort tell thing things use used using want"
+    "need ok okay possible possibly somebody sort tell thing things use used using want"
 )
 FILLERS_ZH = _words(
     "一下 一个 具体 到底 可不可以 吧 呀 告诉 呢 啊 应该 是不是 有没有 知道 究竟 请问 这个 那个 需要 是否 才 才能 能否 可否 会 得 过 着 已经 就是"
     # colloquial question words (= 什么, 怎么), particles, light verbs and degree words that
     # change how a question is asked, not what it asks
     " 啥 咋 咋样 怎样 怎么样 样 么 哦 嘛 啦 的话 点 一点 一些 有些 自己 那么 这么 比较 大家 有人 帮忙 帮 求"
+    # which (ones) = what: "有哪些好玩的地方" = "有什么好玩的地方"
+    " 哪些 哪个 哪种 哪一个"
 )
 
 # Relation words: they order the question (order guard) but are not content of their own.
-RELATIONS_EN = _words("after before between by for from over than to versus vs")
+RELATIONS_EN = _words(
+    "after at before between by for from in into of on over than to versus vs with"
+)
 
 IRREGULAR_EN = {
     "men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot",

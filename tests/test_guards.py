@@ -31,6 +31,8 @@ REFUSED = [
     ("Is Python better than Java?", "Is Java better than Python?", "order"),
     ("A比B好吗", "B比A好吗", "order"),
     ("flights from Paris to London", "flights from London to Paris", "order"),
+    ("How many grams are in a pound?", "How many pounds are in a gram?", "order"),
+    ("Should I eat before running?", "Should I eat after running?", "antonym"),
     ("Which is the best haircut?", "Which is the best haircut for women?", "added_content"),
     ("什么牌子的手表好", "什么牌子的女手表好", "added_content"),
     ("魔兽世界将军令丢了", "魔兽世界将军令坏了", "substitution"),
@@ -49,6 +51,8 @@ PASSED = [
     ("what is the difference between A and B", "what is the difference between B and A"),
     ("Which is the best haircut for man?", "Which is the best haircut for men?"),
     ("What companies hire remote workers?", "What company hires remote workers?"),
+    ("北京有什么好玩的地方", "北京有哪些好玩的地方"),
+    ("Can dogs eat grapes?", "Is it okay if dogs eat grapes?"),
 ]
 
 
