@@ -30,6 +30,8 @@ from .lexicon import (
     NEGATIONS_EN,
     NEGATIONS_ZH,
     NUMBER_WORDS_EN,
+    PERSONS_EN,
+    PRONOUNS_ZH,
     RELATIONS_EN,
     STOPWORDS_EN,
     STOPWORDS_ZH,
@@ -81,7 +83,7 @@ def analyze(question: str) -> Analysis:
         text=folded,
         zh=zh,
         tokens=words,
-        negations=_negations(folded, words),
+        negations=_negations(*_without_tag(folded, words, zh)),
         numbers=_numbers(folded, words),
         entities=latin_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
@@ -104,7 +106,8 @@ def warm_up() -> None:
 def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
     """Words in order, and the Chinese names (person, place, organization, other proper
     noun) that jieba's tagger finds along the way (one pass does both)."""
-    text = re.sub(r"(\w)n[’']t\b", r"\1 n't", folded)  # "can't" → "ca n't", "don't" → "do n't"
+    text = _CONTRACTED.sub(lambda m: _CONTRACTED_STEMS[m.group(1)] + " not", folded)
+    text = re.sub(r"(\w)n[’']t\b", r"\1 not", text)  # "don't" → "do not"
     words: list[str] = []
     names: set[str] = set()
     for word in _WORD.findall(text):
@@ -118,6 +121,8 @@ def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
     return tuple(words), frozenset(names)
 
 
+_CONTRACTED_STEMS = {"ca": "can", "wo": "will", "sha": "shall"}
+_CONTRACTED = re.compile(r"\b(ca|wo|sha)n[’']t\b")
 _NAME_TAGS = frozenset(("nr", "ns", "nt", "nz", "nrt", "nrfg"))
 
 
@@ -128,6 +133,22 @@ def _tagger():  # type: ignore[no-untyped-def]
 
     jieba.setLogLevel(logging.WARNING)
     return jieba.posseg
+
+
+def _without_tag(folded: str, words: tuple[str, ...], zh: bool) -> tuple[str, tuple[str, ...]]:
+    """The question without an English question tag: "That's bad, isn't it?" asks whether it
+    is bad, so its "n't" must not count against "That's not bad, is it?"."""
+    match = None if zh else _TAG.search(folded)
+    if match is None:
+        return folded, words
+    stripped = folded[: match.start()]
+    return stripped, _tokens(stripped, zh)[0]
+
+
+_TAG = re.compile(
+    r",\s*(?:is|are|was|were|do|does|did|have|has|had|can|could|will|would|should|ai|wo|ca)"
+    r"(?:n[’']t|\s+not)?\s+(?:it|you|he|she|we|they|i|there|that)\s*\?*\s*$"
+)
 
 
 def _negations(folded: str, words: Sequence[str]) -> tuple[str, ...]:
@@ -285,8 +306,7 @@ def order(a: Analysis, b: Analysis) -> str | None:
     to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question; moving a
     word into the middle re-attaches it: "the original version … the mild edition" vs "the
     mild version … the original edition")."""
-    seq_a = [_stem(t) for t in _content(a)]
-    seq_b = [_stem(t) for t in _content(b)]
+    seq_a, seq_b = _order_sequence(a), _order_sequence(b)
     common = Counter(seq_a) & Counter(seq_b)
     if sum(common.values()) < 2:
         return None
@@ -303,6 +323,23 @@ def order(a: Analysis, b: Analysis) -> str | None:
             permutation.append(positions[token, seen[token]])
             seen[token] += 1
     return None if _rotation(permutation) else "order"
+
+
+def _order_sequence(a: Analysis) -> list[str]:
+    """Content words for the order guard: stemmed, English pronouns by person ("me" = "I"),
+    and Chinese words holding a pronoun split ("我爱你" → 我 爱 你: who acts on whom)."""
+    if not a.zh:  # negations are the negation guard's: "can't I" = "can I not"
+        return [PERSONS_EN.get(t) or _stem(t) for t in _content(a) if t not in NEGATIONS_EN]
+    out = []
+    for token in _content(a):
+        if len(token) > 1 and any(c in _PRONOUN_CHARS for c in token):
+            out += [c for c in token if c not in STOPWORDS_ZH]
+        else:
+            out.append(token)
+    return out
+
+
+_PRONOUN_CHARS = frozenset("我你您他她它")
 
 
 def _content(a: Analysis) -> list[str]:
@@ -347,18 +384,19 @@ def added_content(a: Analysis, b: Analysis) -> str | None:
 
 
 def substitution(a: Analysis, b: Analysis) -> str | None:
-    """The same short question about another thing: one content word swapped for another
-    ("将军令丢了" vs "将军令坏了", "the chemistry game" vs "the biology game")."""
+    """The same question about another thing: one content word swapped for one or two others
+    ("将军令丢了" vs "将军令坏了", "the chemistry game" vs "the biology game", "用花呗付款"
+    vs "用信用卡付款", where jieba splits 花呗 in two)."""
     only_a, only_b = _unmatched(a, b), _unmatched(b, a)
     shared = len(set(_content_stems(a)) & set(_content_stems(b)))
-    if len(only_a) == 1 and len(only_b) == 1 and shared >= 1:
+    if only_a and only_b and len(only_a) + len(only_b) <= 3 and shared >= 1:
         return "substitution"
     return None
 
 
 def _content_stems(a: Analysis) -> list[str]:
     """Content words, stemmed; numbers are left to the number guard."""
-    skip = FILLERS_ZH if a.zh else FILLERS_EN | RELATIONS_EN
+    skip = FILLERS_ZH | PRONOUNS_ZH if a.zh else FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
     out = []
     for token in _content(a):
         if token in skip or token in NUMBER_WORDS_EN or _NUMERIC.fullmatch(token):

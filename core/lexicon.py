@@ -78,10 +78,10 @@ WH_ZH = ("什么时候", "何时", "哪里", "哪儿", "在哪", "谁", "为什�
 # ("than", "from", "to", "vs") are NOT here: swapping what stands around them changes meaning.
 STOPWORDS_EN = _words(
     "a about also am an and any anyone anything are as be been being but can could did do "
-    "does get got had has have he her here him his how i if is it its just may me might "
-    "mine must my one or our please really shall she should so some someone something "
-    "that the their them there these they this those us very was way ways we were what which "
-    "will would you your yours"
+    "does get got had has have here how if is it its just may might "
+    "must one or please really shall should so some someone something "
+    "that the there these this those very was way ways were what which "
+    "will would"
 )
 
 # Words that add no content when one question has them and the other does not.
@@ -115,8 +115,20 @@ NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "non-", "a")
 
 # Chinese function words dropped by the order guard ("和" is symmetric: "A和B" = "B和A").
 STOPWORDS_ZH = _words(
-    "一下 与 个 么 也 了 什么 他 们 你 及 可以 吗 吧 呀 呢 和 啊 在 她 如何 它 就 怎么 想 我 是 有 的 能 要 请 跟 还 这 那 都 问"
+    "一下 与 个 么 也 了 什么 们 及 可以 吗 吧 呀 呢 和 啊 在 如何 就 怎么 想 是 有 的 能 要 请 跟 还 这 那 都 问"
 )
+# Personal pronouns by person: who does what to whom orders a question ("Do you love me?" /
+# "Do I love you?"), yet a pronoun adds no content of its own.
+PERSONS_EN = {
+    **dict.fromkeys(("i", "me", "my", "mine", "myself"), "1s"),
+    **dict.fromkeys(("we", "us", "our", "ours", "ourselves"), "1p"),
+    **dict.fromkeys(("you", "your", "yours", "yourself", "yourselves"), "2"),
+    **dict.fromkeys(("he", "him", "his", "himself"), "3m"),
+    **dict.fromkeys(("she", "her", "hers", "herself"), "3f"),
+    **dict.fromkeys(("they", "them", "their", "theirs", "themselves"), "3p"),
+}
+# Pronouns order a Chinese question ("我借给他" / "他借给我") but add no content of their own.
+PRONOUNS_ZH = _words("我 你 您 他 她 它 我们 你们 他们 她们 它们 咱们")
 
 # Chinese numerals; a lone "一" counts only before a measure word ("一个", not "一下").
 ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,

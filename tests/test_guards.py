@@ -33,6 +33,11 @@ REFUSED = [
     ("flights from Paris to London", "flights from London to Paris", "order"),
     ("How many grams are in a pound?", "How many pounds are in a gram?", "order"),
     ("Should I eat before running?", "Should I eat after running?", "antonym"),
+    ("Can you help me?", "Can I help you?", "order"),
+    ("我借给他一千块钱", "他借给我一千块钱", "order"),
+    ("你爱我吗", "我爱你吗", "order"),
+    ("That's not bad, is it?", "That's bad, isn't it?", "negation"),  # the tag is not the question
+    ("能用花呗付款吗", "能用信用卡付款吗", "substitution"),
     ("Which is the best haircut?", "Which is the best haircut for women?", "added_content"),
     ("什么牌子的手表好", "什么牌子的女手表好", "added_content"),
     ("魔兽世界将军令丢了", "魔兽世界将军令坏了", "substitution"),
@@ -53,6 +58,8 @@ PASSED = [
     ("What companies hire remote workers?", "What company hires remote workers?"),
     ("北京有什么好玩的地方", "北京有哪些好玩的地方"),
     ("Can dogs eat grapes?", "Is it okay if dogs eat grapes?"),
+    ("How do I reset my password?", "How do you reset your password?"),
+    ("我想知道怎么重置密码", "怎么重置密码"),
 ]
 
 
