@@ -23,7 +23,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
 
-from .lexicon import FILLERS_EN, STOPWORDS_EN, WH_EN
+from .lexicon import FILLERS_EN, PERSONS_EN, RELATIONS_EN, STOPWORDS_EN, WH_EN
 
 __all__ = ["SPACY_MODELS", "latin_entities", "recognizer", "use"]
 
@@ -37,7 +37,7 @@ _NAME_LABELS = frozenset(
 )
 _NOT_NER = ["parser", "tagger", "attribute_ruler", "lemmatizer", "senter"]
 _LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*|\d+[A-Za-z]\w*")
-_COMMON = STOPWORDS_EN | WH_EN | FILLERS_EN
+_COMMON = STOPWORDS_EN | WH_EN | FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 _mode: Mode = "rules" if os.environ.get("TRICACHE_ENTITIES", "").lower() == "rules" else "auto"

@@ -11,7 +11,7 @@ def _pairs(text: str) -> list[tuple[str, str]]:
     return [(a, b) for a, b in (item.split() for item in text.split(";") if item.strip())]
 
 
-# Negation markers. English forms are matched as whole tokens ("n't" is split off first).
+# Negation markers. English forms are matched as whole tokens ("n't" becomes "not" first).
 NEGATIONS_EN = _words(
     "aint arent cannot cant couldnt didnt doesnt dont hadnt hasnt havent isnt mustnt n't neednt "
     "neither never no nobody none nor not nothing nowhere shouldnt wasnt werent without wont "
