@@ -40,6 +40,9 @@ _LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*|\d+[A-Za-z]
 _COMMON = STOPWORDS_EN | WH_EN | FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
+# Questions are short; a long text gets the rules only (spaCy would take seconds on it).
+_SPACY_MAX_CHARS = 2000
+
 _mode: Mode = "rules" if os.environ.get("TRICACHE_ENTITIES", "").lower() == "rules" else "auto"
 _lock = threading.Lock()
 
@@ -64,7 +67,8 @@ def latin_entities(text: str) -> frozenset[str]:
     """Case-folded names and codes in ``text``."""
     raw = unicodedata.normalize("NFKC", text)
     found, unseen = _by_rule(raw)
-    if unseen and recognizer() == "spacy" and not _CJK.search(raw):
+    short = len(raw) <= _SPACY_MAX_CHARS
+    if unseen and short and recognizer() == "spacy" and not _CJK.search(raw):
         found |= _spacy_names(raw)
     return found
 
@@ -76,7 +80,7 @@ def _by_rule(raw: str) -> tuple[frozenset[str], bool]:
     lower-case text holds nothing its model can see)."""
     found: set[str] = set()
     unseen = False
-    words = [(m.group(), _sentence_start(raw, m.start())) for m in _LATIN_WORD.finditer(raw)]
+    words = _words_with_starts(raw)
     inner = [w for w, start in words if not start and w != "I"]
     title_case = len(inner) >= 2 and sum(w[0].isupper() for w in inner) > len(inner) / 2
     for word, sentence_start in words:
@@ -92,9 +96,19 @@ def _by_rule(raw: str) -> tuple[frozenset[str], bool]:
     return frozenset(found), unseen
 
 
-def _sentence_start(raw: str, at: int) -> bool:
-    before = raw[:at].rstrip()
-    return not before or before[-1] in ".!?。？！:：\"'“"
+def _words_with_starts(raw: str) -> list[tuple[str, bool]]:
+    """Latin words, each with whether it opens a sentence (one pass: only the gap since the
+    previous word is looked at, so a long text costs linear time)."""
+    out: list[tuple[str, bool]] = []
+    end = 0
+    for m in _LATIN_WORD.finditer(raw):
+        gap = raw[end : m.start()].rstrip()
+        out.append((m.group(), gap[-1] in _SENTENCE_ENDS if gap else not out))
+        end = m.end()
+    return out
+
+
+_SENTENCE_ENDS = frozenset(".!?。？！:：\"'“")
 
 
 def _spacy_names(raw: str) -> frozenset[str]:

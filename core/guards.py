@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import entities
-from .entities import latin_entities
 from .lexicon import (
     ANTONYMS_EN,
     ANTONYMS_ZH,
@@ -85,7 +84,7 @@ def analyze(question: str) -> Analysis:
         tokens=words,
         negations=_negations(*_without_tag(folded, words, zh)),
         numbers=_numbers(folded, words),
-        entities=latin_entities(question) | names,
+        entities=entities.latin_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
     )
 
