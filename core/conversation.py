@@ -20,6 +20,7 @@ __all__ = [
     "USER_ROLES",
     "Conversation",
     "canonical_calls",
+    "canonical_meta",
     "plain",
     "split_conversation",
     "stream_pieces",
@@ -36,29 +37,42 @@ class Conversation:
     # False when the prompt does not end with a user question (e.g. a tool result in an agent
     # loop): such a call is only ever served to the very same prompt.
     semantic: bool = True
+    query_meta: str = ""  # the question message's other fields (its author's name …)
 
 
 def split_conversation(messages: Sequence[tuple[str, str, str]]) -> Conversation:
     """System messages → ``system``; the last message → ``query``; the rest → ``history``.
 
-    Each message is ``(role, text, tool_calls)`` with ``tool_calls`` from
-    :func:`canonical_calls` ("" when none).
+    Each message is ``(role, text, meta)``: ``meta`` is :func:`canonical_meta` of every other
+    field that can change the answer ("" when none).  Nothing is dropped: every message, with
+    every field, ends up in the request.
     """
-    system = "\n".join(text for role, text, _ in messages if role == "system")
+    system = "\n".join(_with_meta(text, meta) for role, text, meta in messages if role == "system")
     rest = [m for m in messages if m[0] != "system"]
     if not rest:
         return Conversation(system, semantic=False)
-    *earlier, (role, text, calls) = rest
-    history = tuple(Turn(r, t + (f"\n[tool calls] {c}" if c else "")) for r, t, c in earlier)
+    *earlier, (role, text, meta) = rest
+    history = tuple(Turn(r, t, m) for r, t, m in earlier)
     if role not in USER_ROLES:  # the model continues after a tool result or its own turn
-        return Conversation(f"[{role}] {text}{calls}", system, history, semantic=False)
-    return Conversation(text, system, history)
+        return Conversation(f"[{role}] {text}", system, history, False, meta)
+    return Conversation(text, system, history, True, meta)
 
 
-def canonical_calls(calls: Iterable[Mapping[str, Any]]) -> str:
-    """Tool calls as stable text, without their ids (which differ on every run)."""
-    stripped = [{k: v for k, v in c.items() if k != "id"} for c in calls]
-    return json.dumps(stripped, sort_keys=True, default=str) if stripped else ""
+def _with_meta(text: str, meta: str) -> str:
+    return f"{text}\n[meta] {meta}" if meta else text
+
+
+def canonical_calls(calls: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls without their ids (which differ on every run), for :func:`canonical_meta`."""
+    return [{k: v for k, v in c.items() if k != "id"} for c in calls]
+
+
+def canonical_meta(fields: Mapping[str, Any]) -> str:
+    """A message's fields other than role and text — name, tool calls, tool results' names and
+    status, provider extras — as stable text.  Empty fields are left out, so a message without
+    extras has ``""``; the caller leaves out run-specific ids (see :func:`canonical_calls`)."""
+    kept = {k: v for k, v in fields.items() if v not in (None, "", [], {}, ())}
+    return json.dumps(kept, sort_keys=True, default=str, ensure_ascii=False) if kept else ""
 
 
 def plain(value: Any) -> Any:

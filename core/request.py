@@ -26,10 +26,12 @@ _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One earlier message of a conversation."""
+    """One earlier message of a conversation: its role, its text, and ``meta``, every other
+    field that can change the answer as canonical text (name, tool calls …; "" when none)."""
 
     role: str
     content: str
+    meta: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,7 @@ class CacheRequest:
     llm_key: str = ""
     category: str | None = None
     tags: tuple[str, ...] = field(default=())
+    query_meta: str = ""  # the question message's other fields (its author's name …)
 
     def __post_init__(self) -> None:
         if not (
@@ -63,6 +66,8 @@ class CacheRequest:
             )
         if self.category is not None:
             _require_str("category", self.category)
+        if type(self.query_meta) is not str:
+            _require_str("query_meta", self.query_meta)
         if self.history != ():
             object.__setattr__(self, "history", _turns(self.history))
         if self.tags != ():
@@ -81,7 +86,7 @@ def _turns(history: Iterable[object]) -> tuple[Turn, ...]:
     for item in history:
         if isinstance(item, Turn):
             turn = item
-        elif isinstance(item, Sequence) and len(item) == 2:
+        elif isinstance(item, Sequence) and len(item) in (2, 3):
             turn = Turn(*item)
         else:
             raise TypeError(
@@ -89,6 +94,7 @@ def _turns(history: Iterable[object]) -> tuple[Turn, ...]:
             )
         _require_str("history role", turn.role)
         _require_str("history content", turn.content)
+        _require_str("history meta", turn.meta)
         turns.append(turn)
     return tuple(turns)
 

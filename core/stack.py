@@ -167,8 +167,10 @@ class Cache:
         llm_key: str = "",
         category: str | None = None,
         tags: Sequence[str] = (),
+        query_meta: str = "",
     ) -> CacheRequest:
-        """Build a request in this cache's namespace (and default tenant)."""
+        """Build a request in this cache's namespace (and default tenant).  ``tags`` given as
+        one string is a ``TypeError`` (a list of one tag is ``[tag]``)."""
         return CacheRequest(
             query,
             system=system,
@@ -177,7 +179,8 @@ class Cache:
             tenant=self.tenant if tenant is None else tenant,
             llm_key=llm_key,
             category=category,
-            tags=tuple(tags),
+            tags=tags,  # type: ignore[arg-type]  # validated by CacheRequest
+            query_meta=query_meta,
         )
 
     # lookup --------------------------------------------------------------------------------
