@@ -51,7 +51,7 @@ class ExactTier:
         bloom_capacity: int = 1_000_000,
         refresh_s: float = 0.5,
         cache_version: str = "1",
-        history_turns: int = 3,
+        volatile_context: bool = False,
         max_value_bytes: int = 4 * 2**20,
         metrics: Metrics | None = None,
         breaker: CircuitBreaker | None = None,
@@ -64,7 +64,7 @@ class ExactTier:
         self.versions = VersionView()
         self.refresh_s = refresh_s
         self.cache_version = cache_version
-        self.history_turns = history_turns
+        self.volatile_context = volatile_context
         self.max_value_bytes = max_value_bytes
         self.metrics = metrics or Metrics()
         self.breaker = breaker or CircuitBreaker()
@@ -77,7 +77,7 @@ class ExactTier:
                 f"request namespace {request.namespace!r} != cache namespace {self.namespace!r}"
             )
         return exact_key(
-            request, cache_version=self.cache_version, history_turns=self.history_turns
+            request, cache_version=self.cache_version, volatile=self.volatile_context
         )
 
     # lookup --------------------------------------------------------------------------------

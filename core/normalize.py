@@ -1,14 +1,22 @@
-"""Normalization: remove differences of form, keep every difference of meaning.
+"""Normalization: remove differences of form only where they cannot change meaning.
 
-What goes: Unicode compatibility forms (full-width letters, digits and punctuation), case,
-runs of white space, spaces between CJK characters, invisible format characters, control
-characters and trailing punctuation.  What stays: negations, numbers, ids, entities, word order
-and internal punctuation — two texts that differ in any of these never share a key.
+The rule, in general terms (DESIGN.md, "Normalization"):
 
-Volatile fragments (timestamps, UUIDs, long hex ids) are replaced by placeholders in the
-*context* (system prompt, history), where apps inject them per request.  In the user's question
-only timestamps precise to the second are replaced by default: an id the user typed is meaning,
-just like "order 12345".
+- **prose** — words of letters, numbers, spaces and ordinary sentence punctuation — is
+  re-spaced, and its case is folded where case carries no information: a text typed in one
+  case (all capitals), a capital that grammar puts at the start of a sentence, the pronoun "I";
+  a capital inside a sentence (Polish / polish, US / us) is kept;
+- everything else is kept **verbatim**: code (inline, fenced, indented lines), quoted strings,
+  identifiers and tokens mixing letters with digits or symbols (``ls -R``, ``\\W``, base64,
+  ``iPhone``), math;
+- character forms: canonical composition (NFC), full-width ASCII and the spacing characters
+  become their plain forms; nothing else is folded (superscripts, ß, ligatures, joiners stay);
+  zero-width spaces, soft hyphens and byte-order marks are removed, control characters are
+  spaces;
+- only a final "?" (or a run of them) or a single final "." — and their CJK forms — is dropped;
+- nothing in the text becomes a placeholder, unless the caller declares it volatile
+  (``volatile=True``: timestamps, UUIDs and long hex ids, for context an app injects per
+  request).
 """
 
 from __future__ import annotations
@@ -18,22 +26,33 @@ import unicodedata
 
 __all__ = ["normalize", "replace_timestamps", "replace_volatile"]
 
-# Zero-width and other invisible characters that never carry meaning in a prompt.
-_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"))
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Full-width ASCII (！ … ～) and the ideographic space → ASCII; other spacing characters → " ";
+# invisible characters that never carry meaning → removed.  Joiners (ZWJ, ZWNJ) are kept: they
+# build emoji sequences and shape Indic and Persian words.
+_FOLD = {i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}
+_FOLD.update(dict.fromkeys([0x3000, 0x00A0, 0x1680, 0x202F, 0x205F, *range(0x2000, 0x200B)], 32))
+_FOLD.update(dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None))
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CJK = r"\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_SPACE_BETWEEN_CJK = re.compile(rf"(?<=[{_CJK}]) (?=[{_CJK}])")
-# Sentence-final punctuation, ASCII and CJK (NFKC has already folded the full-width forms).
-_TRAILING = " .?!。？！…,，;；:：~～、"
+_SPACE_BETWEEN_CJK = re.compile(rf"(?<=[{_CJK}]) +(?=[{_CJK}])")
+
+# Verbatim spans inside a line: inline code, double-quoted strings, single-quoted strings that
+# open after a space (so "don't" is a word, not a quote).
+_VERBATIM = re.compile(r"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?:(?<=\s)|^)'[^']*'(?=\W|$)")
+# A prose word: letters (with inner apostrophes or hyphens), or a plain number; then ordinary
+# sentence punctuation.  Anything else in a line is kept as typed.
+_WORD = re.compile(r"[(¿¡]?([^\W\d_]+(?:['’-][^\W\d_]+)*|\d+(?:[.,]\d+)*)[.,;:!?)]*")
+_SENTENCE_END = re.compile(r"[.!?。！？]\)?$")
+_FINAL = re.compile(r"(?<=\S)\s*(?:[?？]+|(?<!\.)[.。])$")
 
 _TIMESTAMP = re.compile(
-    r"(?:\b\d{4}[-/]\d{1,2}[-/]\d{1,2}[t ]|\b)"  # optional date part
+    r"(?:\b\d{4}[-/]\d{1,2}[-/]\d{1,2}[tT ]|\b)"  # optional date part
     r"\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?"  # time of day, to the second
-    r"(?:z\b|\s?[+-]\d{2}:?\d{2}\b|\s?(?:utc|gmt)\b)?"
+    r"(?:[zZ]\b|\s?[+-]\d{2}:?\d{2}\b|\s?(?:UTC|GMT|utc|gmt)\b)?"
 )
-_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+_UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 # 16+ hex characters mixing digits and letters: trace ids, session ids, digests.
-_HEX_ID = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b")
+_HEX_ID = re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{16,}\b")
 
 
 def replace_timestamps(text: str) -> str:
@@ -42,29 +61,85 @@ def replace_timestamps(text: str) -> str:
 
 
 def replace_volatile(text: str) -> str:
-    """Replace timestamps, UUIDs and long hex ids with placeholders (expects folded text)."""
+    """Replace timestamps, UUIDs and long hex ids with placeholders."""
     text = _UUID.sub("<uuid>", text)
     text = _HEX_ID.sub("<hex>", text)
     return replace_timestamps(text)
 
 
 def normalize(text: str, *, volatile: bool = False) -> str:
-    """Return the canonical form of ``text`` used in exact keys.
+    """The canonical form of ``text`` used in exact keys (see the module's rule).
 
-    ``volatile=True`` also replaces UUIDs and long hex ids (use it for context, or for apps
-    that inject request ids into the user's turn).
+    ``volatile=True`` also replaces timestamps, UUIDs and long hex ids: only for text the app
+    declares volatile (context it injects per request), never for the user's own words.
     """
-    # Every step is skipped when a cheap test shows it has nothing to do: this runs per lookup.
-    folded = unicodedata.normalize("NFKC", text)
-    ascii_only = folded.isascii()
-    if not ascii_only:
-        folded = folded.translate(_INVISIBLE)
-    if not folded.isprintable():
-        folded = _CONTROL.sub(" ", folded)
-    folded = " ".join(folded.casefold().split())
-    if not ascii_only:
-        folded = _SPACE_BETWEEN_CJK.sub("", folded)
-    folded = replace_volatile(folded) if volatile else replace_timestamps(folded)
-    stripped = folded.rstrip(_TRAILING)
-    # "?" and "!" alone are different prompts: keep the punctuation when nothing else is left.
-    return stripped or folded
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text).translate(_FOLD)
+    if not text.isprintable():
+        text = _CONTROL.sub(" ", text.replace("\r\n", "\n"))
+    if volatile:
+        text = replace_volatile(text)
+    stripped = text.strip()
+    if not stripped:
+        return text
+    one_case = _one_case(stripped)
+    lines = []
+    in_fence = False
+    for line in stripped.split("\n"):
+        fence = line.lstrip().startswith("```")
+        in_fence ^= fence
+        if fence or in_fence or line[:1] in (" ", "\t"):  # code: every space and case counts
+            lines.append(line.rstrip())
+        else:  # a line of prose; a line break starts a sentence
+            lines.append(_prose_line(line, one_case))
+    folded = "\n".join(lines)
+    if not in_fence:
+        while (final := _FINAL.sub("", folded)) != folded:  # "ok?." → "ok"
+            folded = final
+    return folded or stripped
+
+
+def _one_case(text: str) -> bool:
+    """True for a text typed in capitals only: its case tells nothing."""
+    return text.upper() == text and text.lower() != text
+
+
+def _prose_line(line: str, one_case: bool) -> str:
+    """Re-space a line and fold the case of its prose words; verbatim spans stay as typed."""
+    out: list[str] = []
+    pos = 0
+    start = True
+    for match in _VERBATIM.finditer(line):
+        words, start = _prose_words(line[pos : match.start()], one_case, start, not out)
+        out.extend(words)
+        out.append(match.group())
+        start = False
+        pos = match.end()
+    words, start = _prose_words(line[pos:], one_case, start, not out)
+    out.extend(words)
+    joined = " ".join(out)
+    if not joined.isascii():
+        joined = _SPACE_BETWEEN_CJK.sub("", joined)
+    return joined
+
+
+def _prose_words(
+    chunk: str, one_case: bool, start: bool, label: bool = False
+) -> tuple[list[str], bool]:
+    words = []
+    for token in chunk.split():
+        match = _WORD.fullmatch(token)
+        if match is not None:
+            word = match.group(1)
+            if one_case or (start and word[:1].isupper() and word[1:].islower()) or _is_i(word):
+                token = token.lower()
+        # a sentence starts after its end mark, and after a label ("Question: How …")
+        start = bool(_SENTENCE_END.search(token)) or (label and token[-1:] in ":：")
+        label = False
+        words.append(token)
+    return words, start
+
+
+def _is_i(word: str) -> bool:
+    """The English pronoun "I" (and I'm, I've, I'll, I'd): capitalized by grammar."""
+    return word == "I" or (word[:2] in ("I'", "I’") and word[2:] in ("m", "ve", "ll", "d"))

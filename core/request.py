@@ -115,19 +115,34 @@ def text_bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-@lru_cache(maxsize=4096)
-def context_fingerprint(system: str, history: tuple[Turn, ...], turns: int = 3) -> str:
-    """Hash of the system prompt and the last ``turns`` turns, volatile fragments removed.
+def context_fingerprint(request: CacheRequest, *, volatile: bool = False) -> str:
+    """Digest of everything around the question: the system prompt, every earlier turn (role,
+    text and other fields) and the question message's own fields, each normalized.
 
-    Two requests with the same fingerprint were asked in the same context.  The empty context
-    (first turn, no system prompt) has its own fingerprint.
+    Two requests with the same fingerprint were asked in the same context; the semantic tier
+    compares questions only then.  ``volatile=True`` folds timestamps and ids in the context
+    (for apps that declare the context they inject per request volatile).
     """
     h = blake2b(digest_size=16)
-    h.update(text_bytes(normalize(system, volatile=True)))
-    for turn in history[-turns:] if turns > 0 else ():
-        h.update(b"\x1e" + text_bytes(turn.role.casefold()) + b"\x1f")
-        h.update(text_bytes(normalize(turn.content, volatile=True)))
+    h.update(_piece(request.system, volatile))
+    for turn in request.history:
+        h.update(b"\x1e" + _piece(turn.role, False) + _piece(turn.content, volatile))
+        h.update(_piece(turn.meta, False))
+    h.update(b"\x1d" + _piece(request.query_meta, False))
     return h.hexdigest()
+
+
+def _piece(text: str, volatile: bool) -> bytes:
+    """The digest of one normalized piece of context (memoized when short: a conversation
+    repeats its earlier turns on every call)."""
+    if len(text) <= _MEMO_MAX_CHARS:
+        return _short_piece(text, volatile)
+    return blake2b(text_bytes(normalize(text, volatile=volatile)), digest_size=16).digest()
+
+
+@lru_cache(maxsize=8192)
+def _short_piece(text: str, volatile: bool) -> bytes:
+    return blake2b(text_bytes(normalize(text, volatile=volatile)), digest_size=16).digest()
 
 
 _MEMO_MAX_CHARS = 1024
@@ -152,14 +167,16 @@ def normalize_query(query: str) -> str:
     return _normalize_short(query) if len(query) <= _MEMO_MAX_CHARS else normalize(query)
 
 
-def exact_key(request: CacheRequest, *, cache_version: str = "1", history_turns: int = 3) -> str:
-    """The exact-tier key: a readable prefix and a blake2b digest, never the prompt text."""
+def exact_key(request: CacheRequest, *, cache_version: str = "1", volatile: bool = False) -> str:
+    """The exact-tier key: a readable prefix and a blake2b digest, never the prompt text.  It
+    covers the whole request: namespace, tenant, the model and its settings, the whole context
+    (``context_fingerprint``) and the normalized question."""
     parts = (
         cache_version,
         request.namespace,
         request.tenant,
         request.llm_key,
-        context_fingerprint(request.system, request.history, history_turns),
+        context_fingerprint(request, volatile=volatile),
         normalize_query(request.query),
     )
     # length-prefixed parts: no two different requests produce the same material

@@ -2,12 +2,16 @@
 
 The decision, in order:
 
-1. cacheability — questions whose answer depends on time or on the asker skip the tier;
-2. top-k candidates above the threshold, searched only among entries of the same namespace,
-   tenant, LLM and conversation context (so a follow-up never matches another conversation's);
-3. the guards, each able to refuse a candidate with a reason; the first candidate that passes
+1. the question is located in the last message (``question.locate``: the message itself, or
+   the slot of a template that also holds instructions and retrieved context); when it cannot
+   be isolated, the tier stays out;
+2. cacheability — questions whose answer depends on time or on the asker skip the tier;
+3. top-k candidates above the threshold, searched only among entries whose everything-else is
+   identical: namespace, tenant, LLM and its settings, the whole conversation (system prompt,
+   every earlier turn) and the frame of the question's own message (template, context);
+4. the guards, each able to refuse a candidate with a reason; the first candidate that passes
    and whose stored response is still current (the exact tier resolves it) is the hit;
-4. an optional re-ranker (e.g. a cross-encoder) that reorders and may refuse candidates.
+5. an optional re-ranker (e.g. a cross-encoder) that reorders and may refuse candidates.
 
 Every decision can be audited: the matched entry, its score and the guards that ran for a hit;
 the top scores and each refusal's reason for a miss.
@@ -27,6 +31,7 @@ from .embed import Embedder
 from .entry import CacheEntry
 from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
 from .metrics import Metrics
+from .question import Located, locate
 from .request import CacheRequest, context_fingerprint
 from .stores.vectors import Candidate, VectorIndex
 
@@ -93,7 +98,7 @@ class SemanticTier:
         category_offsets: Mapping[str, float] | None = None,
         reranker: Reranker | None = None,
         rerank_threshold: float = 0.5,
-        history_turns: int = 3,
+        volatile_context: bool = False,
         max_chars: int = 2000,
         metrics: Metrics | None = None,
         audit: AuditLog | None = None,
@@ -121,7 +126,7 @@ class SemanticTier:
         )
         self.reranker = reranker
         self.rerank_threshold = rerank_threshold
-        self.history_turns = history_turns
+        self.volatile_context = volatile_context
         self.max_chars = max_chars
         self.metrics = metrics or Metrics()
         self.audit = audit
@@ -146,15 +151,17 @@ class SemanticTier:
         resolve: Callable[[str], CacheEntry | None],
         decision: Decision,
     ) -> SemanticHit | None:
-        skip = self._skip_reason(request.query)
+        located = locate(request.query, self.max_chars)
+        skip = self._skip_reason(located)
         if skip is not None:
             decision.skipped = skip
             self.metrics.incr(TIER, f"skipped_{skip}")
             return None
+        assert located is not None
         threshold = self.threshold_for(request.category)
-        query = _embeddable(request.query)
+        query = _embeddable(located.question)
         vector = self.embedder.embed([query])[0]
-        scope = {"scope": self._scope(request)["scope"]}
+        scope = {"scope": self._scope(request, located)["scope"]}
         candidates = self.index.search(vector, scope, self.top_k, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(query, candidates, decision)
@@ -178,12 +185,10 @@ class SemanticTier:
         self.metrics.incr(TIER, "misses")
         return None
 
-    def _skip_reason(self, query: str) -> str | None:
-        if not query.strip():
-            return "empty"
-        if len(query) > self.max_chars:
-            return "too_long"
-        if not self.cacheable(query):
+    def _skip_reason(self, located: Located | None) -> str | None:
+        if located is None:
+            return "no_question"  # empty, too long, code, or not isolated in its template
+        if not self.cacheable(located.question):
             return "uncacheable"
         return None
 
@@ -208,16 +213,18 @@ class SemanticTier:
                 kept.append(candidate)
         return kept
 
-    def _scope(self, request: CacheRequest) -> dict[str, str]:
-        """Who may match whom: namespace, tenant, LLM and conversation context, each stored,
-        and ``scope`` — one digest of all four, the single keyword every search filters on
-        (one indexed match is cheaper than four).  Tenant and LLM key are stored as digests:
-        any string is a valid tenant, and two different ones must never compare equal."""
+    def _scope(self, request: CacheRequest, located: Located) -> dict[str, str]:
+        """Who may match whom: namespace, tenant, LLM, the conversation around the message and
+        the frame around the question in it, each stored, and ``scope`` — one digest of all,
+        the single keyword every search filters on (one indexed match is cheaper than five).
+        Tenant and LLM key are stored as digests: any string is a valid tenant, and two
+        different ones must never compare equal."""
         fields = {
             "namespace": request.namespace,
             "tenant": _hash(request.tenant),
             "llm_key": _hash(request.llm_key),
-            "ctx": context_fingerprint(request.system, request.history, self.history_turns),
+            "ctx": context_fingerprint(request, volatile=self.volatile_context),
+            "frame": located.frame,
         }
         return {**fields, "scope": _hash("\x1f".join(fields.values()))}
 
@@ -225,14 +232,15 @@ class SemanticTier:
     def add(self, request: CacheRequest, ref: str, entry: CacheEntry, ttl: float) -> str | None:
         """Index ``request``'s question as a pointer to the exact entry ``ref``; returns the
         point id, or ``None`` when the question is not one to match look-alikes against."""
-        skip = self._skip_reason(request.query)
-        if skip is not None or entry.negative:
+        located = locate(request.query, self.max_chars)
+        if self._skip_reason(located) is not None or entry.negative:
             return None
-        question = _embeddable(request.query)
+        assert located is not None
+        question = _embeddable(located.question)
         vector = self.embedder.embed([question])[0]
         point_id = point_id_for(ref)
         payload = {
-            **self._scope(request),
+            **self._scope(request, located),
             "question": question,
             "lang": "zh" if _has_cjk(question) else "en",
             "category": entry.category or "",

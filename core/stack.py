@@ -11,6 +11,7 @@ import logging
 import sqlite3
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,11 @@ class Cache:
     Questions whose answer depends on the time or on who asks (``cacheable`` says no: "today",
     "latest", "my order", 今天 …) are neither stored nor served, except by the curated FAQ;
     ``cache_time_dependent=True`` caches them in the exact tier (never the semantic tier).
+
+    Keys cover the whole request: every message with every field, the model's settings, the
+    normalized question (DESIGN.md, "What makes a key").  ``volatile_context=True`` declares
+    the context volatile: timestamps, UUIDs and long hex ids in the system prompt and earlier
+    turns are then folded (for apps that inject them per request); never in the question.
     """
 
     def __init__(
@@ -78,7 +84,8 @@ class Cache:
         ttl: TtlPolicy | None = None,
         bloom: bool = True,
         cache_version: str = "1",
-        history_turns: int = 3,
+        volatile_context: bool = False,
+        history_turns: int | None = None,
         l1_max_items: int = 10_000,
         l1_max_bytes: int = 64 * 2**20,
         refresh_s: float = 0.5,
@@ -100,6 +107,12 @@ class Cache:
         audit: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
+        if history_turns is not None:
+            warnings.warn(
+                "history_turns is ignored: keys cover the whole conversation",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         if store is None and l2:
             store = _open_store(redis_url, path, cluster=cluster, timeout=timeout)
         self.namespace = namespace
@@ -121,7 +134,7 @@ class Cache:
             bloom=bloom,
             refresh_s=refresh_s,
             cache_version=cache_version,
-            history_turns=history_turns,
+            volatile_context=volatile_context,
             metrics=self.metrics,
         )
         self._semantic_options: dict[str, Any] | None = (
@@ -136,7 +149,7 @@ class Cache:
                 reranker=reranker,
                 cacheable=cacheable,
                 audit=audit,
-                history_turns=history_turns,
+                volatile_context=volatile_context,
             )
             if semantic
             else None
@@ -615,7 +628,7 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
         guards=options["guards"],
         reranker=options["reranker"],
         cacheable=options["cacheable"] or is_cacheable,
-        history_turns=options["history_turns"],
+        volatile_context=options["volatile_context"],
         metrics=metrics,
         audit=audit,
     )

@@ -23,12 +23,13 @@ def key(query: str, **kw: object) -> str:
             "How do I reset my password?",
             "how do i  reset my password",
             "ＨＯＷ ＤＯ Ｉ ＲＥＳＥＴ ＭＹ ＰＡＳＳＷＯＲＤ？",
-            "  How do I reset my password?!  ",
+            "  How do I reset my password??  ",
             "How do I\u200b reset my password\t?",
         ],
         ["怎么重置密码？", "怎么重置密码", "怎么 重置 密码。", "怎么重置密码?"],
         ["Ｉ ｌｉｋｅ ｃａｆé", "i like cafe\u0301"],  # full-width and NFD accents
-        ["Straße öffnen", "STRASSE ÖFFNEN"],  # case folding, not just lower()
+        ["Straße öffnen", "straße öffnen"],  # a capital that starts a sentence; ß kept
+        ["What does `ls -R` do?", "what does `ls -R` do"],  # prose around code folds
     ],
 )
 def test_form_differences_share_a_key(forms: list[str]) -> None:
@@ -53,6 +54,22 @@ def test_form_differences_share_a_key(forms: list[str]) -> None:
         ("-5 degrees", "5 degrees"),
         ("?", "!"),
         ("", " ?"),
+        # case, characters and spacing that carry meaning
+        ("What does `ls -R` do?", "What does `ls -r` do?"),
+        ("What does ls -R do?", "What does ls -r do?"),
+        ("match \\W in a regex", "match \\w in a regex"),
+        ("Is this Polish?", "Is this polish?"),
+        ("Is US a country?", "Is us a country?"),
+        ("Maße", "Masse"),
+        ("What is 5!", "What is 5?"),
+        ("Continue:", "Continue"),
+        ("Continue...", "Continue"),
+        ("What is 10³?", "What is 103?"),
+        ("decode aGVsbG8gV29ybGQ=", "decode AGVSBG8GV29YBGQ="),
+        ("def f():\n    return 1", "def f():\n return 1"),
+        ('print("a  b")', 'print("a b")'),
+        ("👨\u200d👩\u200d👧", "👨👩👧"),
+        ("between 10:00:00 and 10:00:30", "between 11:00:00 and 11:00:30"),
         ("status of job 550e8400-e29b-41d4-a716-446655440000",
          "status of job 650e8400-e29b-41d4-a716-446655440000"),
     ],
@@ -61,23 +78,29 @@ def test_meaning_differences_never_share_a_key(a: str, b: str) -> None:
     assert key(a) != key(b)
 
 
-def test_timestamps_precise_to_the_second_are_volatile_in_the_question() -> None:
-    assert key("[sent 2026-11-29T10:13:31Z] where is my parcel?") == key(
+def test_nothing_in_the_question_becomes_a_placeholder() -> None:
+    assert key("[sent 2026-11-29T10:13:31Z] where is my parcel?") != key(
         "[sent 2026-11-30T08:00:02Z] where is my parcel?"
     )
-    assert normalize("ping at 10:13:31.123 UTC") == "ping at <ts>"
-    # a date is meaning: the question is about another day
-    assert key("what happened on 2024-01-01?") != key("what happened on 2024-01-02?")
+    assert normalize("ping at 10:13:31.123 UTC") == "ping at 10:13:31.123 UTC"
+    assert normalize("ping at 10:13:31.123 UTC", volatile=True) == "ping at <ts>"
 
 
-def test_context_drops_volatile_fragments_but_keeps_its_text() -> None:
+def test_context_is_volatile_only_where_the_app_says_so() -> None:
     a = "You are a bot. Now: 2026-11-29 10:13:31. Session 9f86d081884c7d659a2feaa0c55ad015."
     b = "You are a bot. Now: 2026-11-30 11:00:00. Session 1b4f0e9851971998e732078544c96b36."
-    assert context_fingerprint(a, ()) == context_fingerprint(b, ())
-    assert context_fingerprint(a, ()) != context_fingerprint("You are a pirate.", ())
+
+    def fp(system: str, volatile: bool) -> str:
+        return context_fingerprint(CacheRequest("q", system=system), volatile=volatile)
+
+    assert fp(a, False) != fp(b, False)  # by default an id or a time may be the subject
+    assert fp(a, True) == fp(b, True)
+    assert fp(a, True) != fp("You are a pirate.", True)
     uid = "request 123e4567-e89b-12d3-a456-426614174000"
-    assert context_fingerprint(uid, ()) == context_fingerprint(
-        "request 00000000-0000-4000-8000-000000000000", ()
+    assert fp(uid, True) == fp("request 00000000-0000-4000-8000-000000000000", True)
+    request = CacheRequest("q", system=a)
+    assert exact_key(request, volatile=True) == exact_key(
+        CacheRequest("q", system=b), volatile=True
     )
 
 
@@ -89,17 +112,23 @@ def test_every_part_of_the_request_changes_the_key() -> None:
         CacheRequest("what is the refund policy?", system="Answer in French."),
         CacheRequest("what is the refund policy?", history=(("user", "I bought a TV"),)),
         CacheRequest("what is the refund policy?", namespace="other"),
+        CacheRequest("what is the refund policy?", query_meta='{"name": "Alice"}'),
+        CacheRequest(
+            "what is the refund policy?", history=(("user", "I bought a TV", '{"name": "Bob"}'),)
+        ),
     ]
     keys = {exact_key(base), exact_key(base, cache_version="2"), *map(exact_key, variants)}
-    assert len(keys) == 7
+    assert len(keys) == 9
 
 
-def test_only_the_last_turns_are_fingerprinted() -> None:
+def test_the_whole_conversation_is_in_the_key() -> None:
     recent = (Turn("user", "a"), Turn("assistant", "b"), Turn("user", "c"))
     with_old = (Turn("user", "something long ago"), *recent)
-    assert key("and then?", history=recent) == key("and then?", history=with_old)
-    assert exact_key(CacheRequest("x", history=recent), history_turns=4) != exact_key(
-        CacheRequest("x", history=with_old), history_turns=4
+    assert key("and then?", history=recent) != key("and then?", history=with_old)
+    # roles, tool calls and names of earlier turns count too
+    assert key("x", history=[Turn("user", "a")]) != key("x", history=[Turn("assistant", "a")])
+    assert key("x", history=[Turn("ai", "", '{"tool_calls": [{"name": "f"}]}')]) != key(
+        "x", history=[Turn("ai", "", '{"tool_calls": [{"name": "g"}]}')]
     )
     # a follow-up never shares a key with the same words asked first
     assert key("and then?", history=recent) != key("and then?")
