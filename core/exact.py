@@ -76,9 +76,7 @@ class ExactTier:
             raise ValueError(
                 f"request namespace {request.namespace!r} != cache namespace {self.namespace!r}"
             )
-        return exact_key(
-            request, cache_version=self.cache_version, volatile=self.volatile_context
-        )
+        return exact_key(request, cache_version=self.cache_version, volatile=self.volatile_context)
 
     # lookup --------------------------------------------------------------------------------
     def get(self, request: CacheRequest) -> ExactHit | None:

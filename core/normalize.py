@@ -29,7 +29,7 @@ __all__ = ["normalize", "replace_timestamps", "replace_volatile"]
 # Full-width ASCII (！ … ～) and the ideographic space → ASCII; other spacing characters → " ";
 # invisible characters that never carry meaning → removed.  Joiners (ZWJ, ZWNJ) are kept: they
 # build emoji sequences and shape Indic and Persian words.
-_FOLD = {i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}
+_FOLD: dict[int, int | None] = {i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}
 _FOLD.update(dict.fromkeys([0x3000, 0x00A0, 0x1680, 0x202F, 0x205F, *range(0x2000, 0x200B)], 32))
 _FOLD.update(dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None))
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -50,7 +50,7 @@ _TIMESTAMP = re.compile(
     r"\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?"  # time of day, to the second
     r"(?:[zZ]\b|\s?[+-]\d{2}:?\d{2}\b|\s?(?:UTC|GMT|utc|gmt)\b)?"
 )
-_UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I)
 # 16+ hex characters mixing digits and letters: trace ids, session ids, digests.
 _HEX_ID = re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{16,}\b")
 
