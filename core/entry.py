@@ -61,7 +61,7 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
     """Decode a stored value; any malformed or foreign value raises ``CorruptEntry``."""
     try:
         fields = msgpack.unpackb(
-            data, raw=False, strict_map_key=True, unicode_errors="surrogatepass"
+            data, raw=False, strict_map_key=False, unicode_errors="surrogatepass"
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptEntry(f"undecodable value: {exc}") from None

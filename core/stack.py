@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from .audit import AuditLog
 from .breaker import CircuitBreaker
 from .entry import CacheEntry
@@ -41,11 +43,11 @@ class Hit:
     """A cached answer and where it came from."""
 
     text: str
-    payload: Any
-    tier: str  # "exact" or "semantic"
+    payload: Any  # the caller's own copy
+    tier: str  # "exact", "semantic" or "faq"
     level: str  # where inside the tier: "l1", "l2", or the vector index
     key: str  # the exact-tier key of the stored response
-    entry: CacheEntry
+    entry: CacheEntry  # shared with the cache: read it, do not change it
     score: float | None = None  # similarity, for semantic hits
     entry_id: str = ""  # what to pass to Cache.feedback()
     matched_question: str | None = None  # the cached question a semantic hit matched
@@ -245,9 +247,8 @@ class Cache:
             self.metrics.incr("exact", "negative_hits")
             return None
         self._count_savings("exact", entry)
-        return Hit(
-            entry.text, entry.payload, "exact", found.level, found.key, entry, None, found.key
-        )
+        payload = _fresh(entry.payload)
+        return Hit(entry.text, payload, "exact", found.level, found.key, entry, None, found.key)
 
     def _semantic_lookup(self, request: CacheRequest) -> Hit | None:
         tier = self.semantic
@@ -352,7 +353,7 @@ class Cache:
         ref = str(self.exact.key(request))  # informative only: the hit's own exact key
         level = tier.index.name if (tier := self._semantic) else "index"
         return Hit(
-            entry.text, entry.payload, "semantic", level, ref, entry, found.score,
+            entry.text, _fresh(entry.payload), "semantic", level, ref, entry, found.score,
             found.point_id, found.question,
         )  # fmt: skip
 
@@ -542,6 +543,17 @@ class Cache:
     def _error(self, what: str, exc: Exception) -> None:
         self.metrics.incr("cache", f"{what.replace(' ', '_')}_errors")
         log.exception("tricache: %s failed; answering without the cache", what, exc_info=exc)
+
+
+def _fresh(payload: Any) -> Any:
+    """A copy of a stored payload for one caller: the L1 entry is shared by every hit, so a
+    caller that edits what it was served must not change what the next one gets."""
+    if isinstance(payload, dict | list):
+        packed = msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogatepass")
+        return msgpack.unpackb(
+            packed, raw=False, strict_map_key=False, unicode_errors="surrogatepass"
+        )
+    return payload
 
 
 def _point_id(key: str) -> str:

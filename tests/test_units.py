@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import msgpack
 import pytest
 
-from tricache import CacheEntry, CacheRequest, CircuitBreaker, CorruptEntry, TtlPolicy, exact_key
+from tricache import (
+    Cache,
+    CacheEntry,
+    CacheRequest,
+    CircuitBreaker,
+    CorruptEntry,
+    TtlPolicy,
+    exact_key,
+)
 from tricache.entry import SCHEMA_VERSION, decode_entry, encode_entry
 from tricache.stores.memory import TTLLRU
 
@@ -174,3 +183,18 @@ def test_ttl_per_category_and_negative() -> None:
     assert policy.ttl("chitchat", negative=True) == policy.negative
     with pytest.raises(ValueError):
         TtlPolicy(jitter=2)
+
+
+def test_a_served_payload_is_the_callers_own_copy(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False) as cache:
+        request = cache.request("What is the refund policy?")
+        cache.update(request, "30 days.", {"tool_calls": [{"args": {"n": 1}}], "bias": {50256: -1}})
+        first = cache.lookup(request)
+        assert first is not None
+        first.payload["tool_calls"][0]["args"]["n"] = 2
+        second = cache.lookup(request)
+        assert second is not None and second.payload["tool_calls"][0]["args"]["n"] == 1
+        assert second.payload["bias"] == {50256: -1}  # integer keys round-trip
+        cache.exact.l1.clear()  # from L2 too
+        third = cache.lookup(request)
+        assert third is not None and third.payload["bias"] == {50256: -1}
