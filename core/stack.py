@@ -29,6 +29,7 @@ from .guards import DEFAULT_GUARDS, Guard, is_cacheable
 from .home import data_dir
 from .metrics import Metrics
 from .policy import TtlPolicy
+from .question import locate
 from .request import CacheRequest, Turn
 from .semantic import Reranker, SemanticHit, SemanticTier
 from .stores.base import L2Store
@@ -271,9 +272,12 @@ class Cache:
         store = self.faq
         if store is None or request.history:  # curated answers fit first questions only
             return None
+        located = locate(request.query)
+        if located is None or located.frame:  # a template with context: not a bare question
+            return None
         start = time.perf_counter()
         try:
-            match = store.answer(request.query)
+            match = store.answer(located.question)
         except Exception as exc:
             self._error("faq lookup", exc)
             return None
@@ -332,7 +336,9 @@ class Cache:
     def _may_cache(self, request: CacheRequest) -> bool:
         """False for a question whose answer depends on the time or the asker (unless
         ``cache_time_dependent``): no tier but the curated FAQ serves it, none stores it."""
-        if self.cache_time_dependent or self._cacheable(request.query):
+        located = locate(request.query)  # a template's context may say "latest": ask the question
+        question = located.question if located is not None else request.query
+        if self.cache_time_dependent or self._cacheable(question):
             return True
         self.metrics.incr("exact", "skipped_time_dependent")
         return False
