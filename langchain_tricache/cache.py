@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +11,7 @@ from langchain_core.caches import BaseCache
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache import Cache, CacheEntry, CacheRequest, Hit
+from tricache import Cache, CacheRequest, Hit
 from tricache.tenancy import current_tenant, tenant
 
 from .convert import (
@@ -45,9 +44,6 @@ class TriCache(BaseCache):
     ) -> None:
         self.core = cache if cache is not None else Cache(**options)
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
-        # LangChain objects rebuilt from an L1 entry, reused while that entry is: validated
-        # once, handed out as fresh shallow copies.
-        self._rebuilt: OrderedDict[int, tuple[CacheEntry, list[Generation]]] = OrderedDict()
 
     # sync ----------------------------------------------------------------------------------
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
@@ -100,6 +96,7 @@ class TriCache(BaseCache):
                 history=parsed.history,
                 tenant=current_tenant(),
                 llm_key=llm_key(llm_string),
+                query_meta=parsed.query_meta,
             )
         except Exception as exc:  # an odd prompt is a miss, never an error in the app
             log.warning("tricache: prompt not cacheable (%s)", exc)
@@ -118,6 +115,7 @@ class TriCache(BaseCache):
         return request, text, payload, semantic and servable
 
     def _generations(self, hit: Hit | None, chat: bool) -> list[Generation] | None:
+        """A hit as fresh LangChain generations tagged with the tier; ``None`` for a miss."""
         if hit is None:
             return None
         info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
@@ -126,29 +124,19 @@ class TriCache(BaseCache):
                 message = AIMessage(hit.text, response_metadata={"tricache": info})
                 return [ChatGeneration(message=message)]
             return [Generation(text=hit.text, generation_info={"tricache": info})]
-        rebuilt = self._rebuilt.get(id(hit.entry))
-        if rebuilt is None or rebuilt[0] is not hit.entry:
-            try:
-                generations = generations_from_payload(hit.payload)
-            except (ValueError, KeyError, TypeError) as exc:  # not written by this adapter
-                log.warning("tricache: cached value is not a LangChain payload (%s)", exc)
-                return None
-            rebuilt = self._rebuilt[id(hit.entry)] = (hit.entry, generations)
-            while len(self._rebuilt) > 1024:
-                self._rebuilt.popitem(last=False)
-        return [_tagged_copy(g, info) for g in rebuilt[1]]
+        return served(self.core, hit.payload, info)
 
 
-def _tagged_copy(generation: Generation, info: dict[str, Any]) -> Generation:
-    """A copy the caller may change, with which tier answered in the message's metadata."""
-    if isinstance(generation, ChatGeneration):
-        message = generation.message
-        metadata = {**message.response_metadata, "tricache": info}
-        return ChatGeneration(
-            message=message.model_copy(update={"response_metadata": metadata}),
-            generation_info=generation.generation_info,
-        )
-    return generation.model_copy()
+def served(core: Cache, payload: Any, info: dict[str, Any]) -> list[Generation] | None:
+    """The generations in a hit's payload, rebuilt for each hit (it costs less than a deep
+    copy of objects kept between hits); a payload this adapter cannot read is a miss,
+    counted as corrupt."""
+    try:
+        return generations_from_payload(payload, info)
+    except Exception as exc:  # valid MessagePack, not a LangChain answer: never an app error
+        core.metrics.incr("exact", "corrupt")
+        log.warning("tricache: cached value is not a LangChain payload (%s)", exc)
+        return None
 
 
 def _is_chat(prompt: str) -> bool:

@@ -1,13 +1,19 @@
-"""Chain-level caching: cache a whole chain's output keyed on the user's question.
+"""Chain-level caching: cache a whole chain's output for the same input to the same chain.
 
 A hit in a RAG chain skips retrieval as well as the LLM.  Tag the entries with the knowledge
 base (``tags=["kb:docs"]``) and ``cache.invalidate("kb:docs")`` — or ``cache.bump_kb_version()``
 — when the index changes.
+
+The key holds the whole input and a fingerprint of the chain (its prompts, models, bound
+settings and functions, see :mod:`.fingerprint`).  The user's question — a ``str`` input, or
+the ``question``/``query``/``input`` field — may also match look-alike questions in the
+semantic tier, only ever among calls whose other fields are all the same.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,18 +23,24 @@ from langchain_core.load.serializable import Serializable
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
+    BaseMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
+    message_to_dict,
 )
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
-from tricache import Cache, CacheRequest
+from tricache import Cache, CacheRequest, Hit
+from tricache.request import context_token
 
 from .cache import current_tenant
+from .fingerprint import opaque_part, runnable_fingerprint
 
 __all__ = ["CachedRunnable", "with_tricache"]
+
+log = logging.getLogger(__name__)
 
 # What a cached chain output may be rebuilt into: never any other class.
 _ALLOWED: list[type[Serializable]] = [
@@ -39,16 +51,8 @@ _ALLOWED: list[type[Serializable]] = [
     ToolMessage,
     Document,
 ]
-
-
-def _default_key(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for name in ("question", "query", "input"):
-            if isinstance(value.get(name), str):
-                return value[name]
-    raise TypeError("with_tricache cannot tell the question in this input; pass key=lambda x: ...")
+_QUESTION_FIELDS = ("question", "query", "input")
+_MISSING = object()
 
 
 class CachedRunnable(RunnableSerializable[Any, Any]):
@@ -58,103 +62,199 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
 
     runnable: Runnable[Any, Any]
     tricache: Cache
-    key: Callable[[Any], str] = _default_key
-    name_for_key: str = "chain"
+    key: Callable[[Any], str] | None = None
+    name_for_key: str = ""
     tags_for_entries: Sequence[str] = ()
     category: str | None = None
     semantic: bool = True
+    fingerprint: str | None = None  # the user's name for this chain and its version
+    _llm_key: str | None = PrivateAttr(default=None)
+
+    @field_validator("tags_for_entries", mode="before")
+    @classmethod
+    def _tags_not_a_string(cls, tags: Any) -> Any:
+        if isinstance(tags, str | bytes):
+            raise TypeError("tags must be a list of tags, not one string: tags=[tag]")
+        return tags
+
+    def model_post_init(self, __context: Any) -> None:
+        structure = runnable_fingerprint(self.runnable)
+        if structure is None and self.fingerprint is None:
+            log.warning(
+                "tricache: not caching %s: it holds %s, which has no reliable fingerprint; "
+                "pass fingerprint='<this chain and its version>' to cache it",
+                self.runnable.get_name(), opaque_part(self.runnable),
+            )  # fmt: skip
+        else:
+            self._llm_key = "chain:" + json.dumps([self.name_for_key, self.fingerprint, structure])
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        request = self._request(input)
-        hit = self.tricache.lookup(request, semantic=self.semantic)
-        if hit is not None and (cached := _decode(hit.payload)) is not _MISSING:
-            return cached
+        request, semantic = self._request(input, config, kwargs)
+        if request is not None:
+            cached = self._served(self.tricache.lookup(request, semantic=semantic))
+            if cached is not _MISSING:
+                return cached
         output = self.runnable.invoke(input, config, **kwargs)
-        self._store(request, output)
+        if request is not None and (encoded := _encode(output)) is not None:
+            self.tricache.update(
+                request, _text(output), encoded, category=self.category, semantic=semantic
+            )
         return output
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        request = self._request(input)
-        hit = await self.tricache.alookup(request, semantic=self.semantic)
-        if hit is not None and (cached := _decode(hit.payload)) is not _MISSING:
-            return cached
+        request, semantic = self._request(input, config, kwargs)
+        if request is not None:
+            cached = self._served(await self.tricache.alookup(request, semantic=semantic))
+            if cached is not _MISSING:
+                return cached
         output = await self.runnable.ainvoke(input, config, **kwargs)
-        encoded = _encode(output)
-        if encoded is not None:
+        if request is not None and (encoded := _encode(output)) is not None:
             await self.tricache.aupdate(
-                request, _text(output), encoded, category=self.category, semantic=self.semantic
+                request, _text(output), encoded, category=self.category, semantic=semantic
             )
         return output
 
-    def _request(self, input: Any) -> CacheRequest:
-        return self.tricache.request(
-            self.key(input),
+    def _request(
+        self, input: Any, config: RunnableConfig | None, kwargs: dict[str, Any]
+    ) -> tuple[CacheRequest | None, bool]:
+        """The request for this call and whether look-alike questions may answer it; ``None``
+        when the chain or this input cannot be keyed (the call is then not cached)."""
+        if self._llm_key is None:
+            return None, False
+        question, rest = (self.key(input), None) if self.key is not None else _split(input)
+        call = {"input": rest, "configurable": (config or {}).get("configurable"), "kwargs": kwargs}
+        try:
+            context = _canonical(call)
+        except (TypeError, ValueError, RecursionError):  # no canonical form: not cacheable
+            return None, False
+        request = self.tricache.request(
+            context if question is None else question,
+            system=context_token(context),  # every other field, exactly, in the key
             tenant=current_tenant(),
-            llm_key=f"chain:{self.name_for_key}",
+            llm_key=self._llm_key,
             category=self.category,
-            tags=list(self.tags_for_entries),
+            tags=self.tags_for_entries,
         )
+        return request, self.semantic and question is not None
 
-    def _store(self, request: CacheRequest, output: Any) -> None:
-        encoded = _encode(output)
-        if encoded is not None:  # outputs we cannot rebuild safely are not cached
-            self.tricache.update(
-                request, _text(output), encoded, category=self.category, semantic=self.semantic
-            )
+    def _served(self, hit: Hit | None) -> Any:
+        """A hit's output; ``_MISSING`` for a miss (an unreadable payload is counted as
+        corrupt)."""
+        if hit is None or hit.tier == "faq":  # a curated text answer does not fit a chain
+            return _MISSING
+        try:
+            return _decode(hit.payload)
+        except Exception as exc:  # valid MessagePack, not an output we wrote
+            self.tricache.metrics.incr("exact", "corrupt")
+            log.warning("tricache: cached value is not a chain output (%s)", exc)
+            return _MISSING
 
 
 def with_tricache(
     runnable: Runnable[Any, Any],
     cache: Cache,
     *,
-    key: Callable[[Any], str] = _default_key,
+    key: Callable[[Any], str] | None = None,
     name: str | None = None,
     tags: Sequence[str] = (),
     category: str | None = None,
     semantic: bool = True,
+    fingerprint: str | None = None,
 ) -> CachedRunnable:
-    """Cache ``runnable``'s output keyed on the user's question (``key(input)``; by default
-    the input itself when it is a string, else its "question", "query" or "input" field).
+    """Cache ``runnable``'s output, keyed on the whole input and the chain's fingerprint.
 
-    ``name`` separates chains sharing one cache; ``tags`` let ``cache.invalidate(tag)`` drop
-    every output computed from a knowledge base that changed."""
+    Look-alike questions (the semantic tier) may answer a ``str`` input or one whose
+    ``question``, ``query`` or ``input`` field is a string, among calls identical in every
+    other field.  An input with no canonical JSON form (messages and documents have one) is
+    not cached.  ``key=lambda x: ...`` keys on that text instead of the input.  A chain with a
+    part that cannot be fingerprinted (a vector store, a client …) is not cached unless
+    ``fingerprint=`` names it (change it whenever the chain changes; it is in the key of any
+    chain).  ``name`` separates
+    chains sharing one cache; ``tags`` (a list) let ``cache.invalidate(tag)`` drop every output
+    computed from a knowledge base that changed."""
+    if isinstance(tags, str | bytes):
+        raise TypeError("tags must be a list of tags, not one string: tags=[tag]")
     return CachedRunnable(
         runnable=runnable,
         tricache=cache,
         key=key,
-        name_for_key=name or runnable.get_name(),
+        name_for_key=name or "",
         tags_for_entries=tuple(tags),
         category=category,
         semantic=semantic,
+        fingerprint=fingerprint,
     )
 
 
-_MISSING = object()
+# input → key ---------------------------------------------------------------------------------
+def _split(value: Any) -> tuple[str | None, Any]:
+    """The user's question in ``value`` (``None`` when it has none) and everything else."""
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, dict):
+        for name in _QUESTION_FIELDS:
+            if isinstance(value.get(name), str):
+                others = {k: v for k, v in value.items() if k != name}
+                return value[name], {"question_field": name, "others": others}
+    return None, {"whole": value}
 
 
+def _canonical(value: Any) -> str:
+    """One text for one value: JSON with sorted keys, messages and LangChain objects as
+    their serialized form; ``TypeError`` for anything else."""
+    return json.dumps(
+        value, default=_input_part, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
+
+
+def _input_part(obj: Any) -> Any:
+    if isinstance(obj, BaseMessage):  # without the run's own ids and provider reports
+        message = message_to_dict(obj)
+        for name in ("id", "response_metadata", "usage_metadata"):
+            message["data"].pop(name, None)
+        return {"\x00message": message}
+    if isinstance(obj, Serializable) and obj.is_lc_serializable():
+        serialized = obj.to_json()
+        if serialized.get("type") == "constructor":
+            return {"\x00lc": serialized}
+    if isinstance(obj, BaseModel):
+        kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+        return {"\x00model": kind, "data": obj.model_dump(mode="json")}
+    raise TypeError(f"no canonical form for {type(obj).__qualname__}")
+
+
+# output ⇄ payload ----------------------------------------------------------------------------
 def _encode(output: Any) -> dict[str, Any] | None:
-    """Plain JSON data, or LangChain's own serialization of messages and documents."""
+    """Plain JSON data, or LangChain's own serialization of messages and documents; ``None``
+    for an output that would not come back equal (it is not cached)."""
     if isinstance(output, Serializable) or (
         isinstance(output, list) and output and all(isinstance(o, Serializable) for o in output)
     ):
-        return {"v": 1, "kind": "lc", "data": json.loads(json.dumps(dumpd(output)))}
+        kind, data = "lc", dumpd(output)
+    else:
+        kind, data = "json", output
     try:
-        return {"v": 1, "kind": "json", "data": json.loads(json.dumps(output))}
-    except (TypeError, ValueError):
+        encoded = {"v": 1, "kind": kind, "data": json.loads(json.dumps(data))}
+        return encoded if _decode(encoded) == output else None  # tuples, int keys, NaN …
+    except Exception:
         return None
 
 
 def _decode(payload: Any) -> Any:
+    """The output in ``payload`` (a hit's payload is the caller's own copy); raises for a
+    payload we did not write."""
     if not isinstance(payload, dict) or payload.get("v") != 1:
-        return _MISSING
-    if payload.get("kind") == "json":
-        return payload["data"]
-    if payload.get("kind") == "lc":
-        try:
-            return load(payload["data"], allowed_objects=_ALLOWED)
-        except Exception:  # not one of the allowed classes: a miss, never an import
-            return _MISSING
-    return _MISSING
+        raise ValueError("not a TriCache chain payload")
+    data = payload["data"]
+    if payload["kind"] == "json":
+        return data
+    if payload["kind"] == "lc":  # only the allowed classes: never an import
+        output = load(data, allowed_objects=_ALLOWED)
+        if isinstance(output, Serializable) or (
+            isinstance(output, list) and all(isinstance(o, Serializable) for o in output)
+        ):
+            return output
+    raise ValueError(f"not a chain output of kind {payload['kind']!r}")
 
 
 def _text(output: Any) -> str:

@@ -6,6 +6,11 @@
   threads, coroutines and processes (through the shared store's lock);
 - the FAQ fallback hook, tried after the cache tiers and before the model;
 - ``response_metadata["tricache"] = {"tier", "score", "entry_id"}`` on every answer.
+
+The key holds the wrapped chat model's LangChain ``llm_string`` (model, settings, bound tools,
+stop …): ``inner`` may be a chat model, or one wrapped in ``.bind()``/``.bind_tools()``,
+``.with_retry()`` or ``.with_fallbacks()`` (fallback chat models).  Anything else passes through
+uncached: a key that cannot tell two models apart would serve one's answers for the other.
 """
 
 from __future__ import annotations
@@ -19,16 +24,16 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableBinding
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableWithFallbacks
+from langchain_core.runnables.retry import RunnableRetry
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from tricache import Cache, CacheRequest, Hit
 from tricache.coalesce import Coalescer
 from tricache.conversation import stream_pieces
 
-from .cache import current_tenant
+from .cache import current_tenant, served
 from .convert import (
-    generations_from_payload,
     llm_key,
     parse_messages,
     payload_from_generations,
@@ -55,6 +60,7 @@ class CachedChatModel(BaseChatModel):
     coalesce_timeout: float = 30.0
     cache: Any = False  # LangChain's own cache stays out: this model is the cache
     _coalescer: Coalescer = PrivateAttr()
+    _warned: bool = PrivateAttr(default=False)
 
     def model_post_init(self, __context: Any) -> None:
         self._coalescer = Coalescer(self.tricache.exact.store, timeout=self.coalesce_timeout)
@@ -71,14 +77,17 @@ class CachedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        request, semantic = self._request(messages, stop, kwargs)
+        call = _call_args(stop, kwargs)
+        request, semantic = self._request(messages, call)
+        if request is None:
+            return _fresh(_as_message(self.inner.invoke(messages, **call)))
         cached = self._from_cache(request, semantic)
         if cached is not None:
             return cached
         with self._coalescer.turn(self.tricache.exact.key(request)) as leader:
             if not leader and (cached := self._from_cache(request, semantic)) is not None:
                 return cached
-            message = self.inner.invoke(messages, stop=stop, **kwargs)
+            message = self.inner.invoke(messages, **call)
             return self._store(request, semantic, _as_message(message))
 
     def _stream(
@@ -88,13 +97,14 @@ class CachedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        request, semantic = self._request(messages, stop, kwargs)
-        cached = self._from_cache(request, semantic)
+        call = _call_args(stop, kwargs)
+        request, semantic = self._request(messages, call)
+        cached = self._from_cache(request, semantic) if request is not None else None
         if cached is not None:
             yield from _replay(cached.generations[0])
             return
         total: AIMessageChunk | None = None
-        for chunk in self.inner.stream(messages, stop=stop, **kwargs):
+        for chunk in self.inner.stream(messages, **call):
             piece = _as_chunk(chunk)
             total = piece if total is None else total + piece
             if run_manager is not None and isinstance(piece.content, str):
@@ -102,7 +112,7 @@ class CachedChatModel(BaseChatModel):
                     piece.content, chunk=ChatGenerationChunk(message=piece)
                 )
             yield ChatGenerationChunk(message=piece)
-        if total is not None:  # complete: store it (a stream that raised is never stored)
+        if total is not None and request is not None:  # complete (a stream that raised is not)
             self._store(request, semantic, _from_chunk(total))
 
     # async ---------------------------------------------------------------------------------
@@ -113,14 +123,17 @@ class CachedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        request, semantic = self._request(messages, stop, kwargs)
+        call = _call_args(stop, kwargs)
+        request, semantic = self._request(messages, call)
+        if request is None:
+            return _fresh(_as_message(await self.inner.ainvoke(messages, **call)))
         cached = await self._afrom_cache(request, semantic)
         if cached is not None:
             return cached
         async with self._coalescer.aturn(self.tricache.exact.key(request)) as leader:
             if not leader and (cached := await self._afrom_cache(request, semantic)) is not None:
                 return cached
-            message = await self.inner.ainvoke(messages, stop=stop, **kwargs)
+            message = await self.inner.ainvoke(messages, **call)
             return await self._astore(request, semantic, _as_message(message))
 
     async def _astream(
@@ -130,14 +143,15 @@ class CachedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        request, semantic = self._request(messages, stop, kwargs)
-        cached = await self._afrom_cache(request, semantic)
+        call = _call_args(stop, kwargs)
+        request, semantic = self._request(messages, call)
+        cached = await self._afrom_cache(request, semantic) if request is not None else None
         if cached is not None:
             for chunk in _replay(cached.generations[0]):
                 yield chunk
             return
         total: AIMessageChunk | None = None
-        async for chunk in self.inner.astream(messages, stop=stop, **kwargs):
+        async for chunk in self.inner.astream(messages, **call):
             piece = _as_chunk(chunk)
             total = piece if total is None else total + piece
             if run_manager is not None and isinstance(piece.content, str):
@@ -145,20 +159,29 @@ class CachedChatModel(BaseChatModel):
                     piece.content, chunk=ChatGenerationChunk(message=piece)
                 )
             yield ChatGenerationChunk(message=piece)
-        if total is not None:
+        if total is not None and request is not None:
             await self._astore(request, semantic, _from_chunk(total))
 
     # the cache -----------------------------------------------------------------------------
     def _request(
-        self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> tuple[CacheRequest, bool]:
+        self, messages: Sequence[BaseMessage], call: dict[str, Any]
+    ) -> tuple[CacheRequest | None, bool]:
+        """The request for ``messages`` sent with ``call``; ``None`` when the wrapped model
+        cannot be told (the call then passes through uncached)."""
+        llm_string = _llm_string(self.inner, call)
+        if llm_string is None:
+            if not self._warned:
+                self._warned = True
+                log.warning("tricache: not caching: cannot tell which model %r is", self.inner)
+            return None, False
         parsed = parse_messages(messages)
         request = self.tricache.request(
             parsed.query,
             system=parsed.system,
             history=parsed.history,
             tenant=current_tenant(),
-            llm_key=llm_key(_llm_string(self.inner, stop, kwargs)),
+            llm_key=llm_key(llm_string),
+            query_meta=parsed.query_meta,
         )
         return request, parsed.semantic
 
@@ -171,10 +194,10 @@ class CachedChatModel(BaseChatModel):
     def _result(self, hit: Hit | None, request: CacheRequest) -> ChatResult | None:
         if hit is not None:
             info = {"tier": hit.tier, "score": hit.score, "entry_id": hit.entry_id}
-            try:
-                generations = generations_from_payload(hit.payload, {"tricache": info})
-            except (ValueError, KeyError, TypeError):
-                generations = None
+            if hit.tier == "faq":  # a curated answer from the cache's FAQ
+                message = AIMessage(hit.text, response_metadata={"tricache": info})
+                return ChatResult(generations=[ChatGeneration(message=message)])
+            generations = served(self.tricache, hit.payload, info)
             if generations and isinstance(generations[0], ChatGeneration):
                 return ChatResult(generations=generations)  # type: ignore[arg-type]
         if self.faq is not None and (answer := self.faq(request)) is not None:
@@ -270,13 +293,40 @@ def _from_chunk(chunk: AIMessageChunk) -> AIMessage:
     )
 
 
-def _llm_string(inner: Runnable[Any, Any], stop: list[str] | None, kwargs: dict[str, Any]) -> str:
-    """The inner model's LangChain llm_string, bound arguments (tools …) included."""
-    bound: dict[str, Any] = {}
-    while isinstance(inner, RunnableBinding):
-        bound = {**inner.kwargs, **bound}
-        inner = inner.bound
-    params = {**bound, **kwargs}
-    if hasattr(inner, "_get_llm_string"):
-        return str(inner._get_llm_string(stop=stop, **params))
-    return f"{type(inner).__qualname__}|{sorted(params.items())!r}|{stop!r}"
+def _call_args(stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments for the inner model (``stop`` only when given, so a ``stop``
+    bound with ``.bind(stop=...)`` is not overridden by ``None``)."""
+    return kwargs if stop is None else {**kwargs, "stop": stop}
+
+
+def _llm_string(inner: Runnable[Any, Any], call: dict[str, Any]) -> str | None:
+    """The LangChain llm_string of every chat model ``inner`` may call, with the arguments
+    that reach it; ``None`` when ``inner`` wraps anything else."""
+    models = _chat_models(inner, {})
+    if models is None:
+        return None
+    strings = []
+    for bound, model in models:
+        params = {**bound, **call}  # what a call's keywords do to bound ones in LangChain
+        strings.append(model._get_llm_string(**params))
+    return strings[0] if len(strings) == 1 else json.dumps(strings)
+
+
+def _chat_models(
+    inner: Runnable[Any, Any], bound: dict[str, Any]
+) -> list[tuple[dict[str, Any], BaseChatModel]] | None:
+    """The chat models behind bindings, retries and fallbacks, each with its bound keywords
+    (outer bindings win, as in LangChain); ``None`` when something else is in the way."""
+    if isinstance(inner, BaseChatModel):
+        return [(bound, inner)]
+    if isinstance(inner, RunnableBinding | RunnableRetry):  # .bind(), .with_retry() …
+        return _chat_models(inner.bound, {**inner.kwargs, **bound})
+    if isinstance(inner, RunnableWithFallbacks):
+        models: list[tuple[dict[str, Any], BaseChatModel]] = []
+        for runnable in (inner.runnable, *inner.fallbacks):
+            found = _chat_models(runnable, bound)
+            if found is None:
+                return None
+            models += found
+        return models
+    return None

@@ -9,14 +9,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+import msgpack
+from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache.conversation import Conversation, canonical_calls, plain, split_conversation
+from tricache.conversation import (
+    Conversation,
+    canonical_calls,
+    canonical_meta,
+    plain,
+    split_conversation,
+)
 
 __all__ = [
     "generations_from_payload",
@@ -38,6 +45,13 @@ _ROLES = {
     "ChatMessage": "chat",
 }
 _FINAL_FINISH_REASONS = {None, "", "stop", "end_turn", "stop_sequence", "STOP", "eos", "length"}
+# Message fields that never change the answer: role and text (keyed on their own), run ids,
+# what the provider reported about its own run, and tool results' ids and raw artifacts.
+_NOT_META = frozenset(
+    {"content", "type", "role", "id", "response_metadata", "usage_metadata", "tool_call_id",
+     "artifact"}
+)  # fmt: skip
+_CALL_FIELDS = ("tool_calls", "invalid_tool_calls", "tool_call_chunks")
 
 
 def parse_prompt(prompt: str) -> Conversation:
@@ -65,7 +79,7 @@ def _parse(prompt: str) -> Conversation:
 
 def parse_messages(messages: Sequence[BaseMessage]) -> Conversation:
     """The same view, from message objects (the chat-model wrapper has them at hand)."""
-    return split_conversation([(_role(m), _text(m.content), _calls(m)) for m in messages])
+    return split_conversation([(_role(m), _text(m.content), _meta(dict(m))) for m in messages])
 
 
 def _role(message: BaseMessage) -> str:
@@ -77,8 +91,19 @@ def _message_from_serialized(item: dict[str, Any]) -> tuple[str, str, str]:
     role = _ROLES.get(item["id"][-1], kwargs.get("type", "chat"))
     if role == "chat":
         role = str(kwargs.get("role", "chat"))
-    calls = kwargs.get("tool_calls") or []
-    return role, _text(kwargs.get("content", "")), canonical_calls(calls)
+    return role, _text(kwargs.get("content", "")), _meta(kwargs)
+
+
+def _meta(fields: Mapping[str, Any]) -> str:
+    """Every field of a message that can change the answer (name, tool calls without their
+    ids, a tool result's name and status, provider extras …) as canonical text."""
+    kept = {k: v for k, v in fields.items() if k not in _NOT_META}
+    for name in _CALL_FIELDS:
+        if kept.get(name):
+            kept[name] = canonical_calls(kept[name])
+    if kept.get("status") == "success":  # a tool result's default: absent when serialized
+        del kept["status"]
+    return canonical_meta(kept)
 
 
 def _text(content: Any) -> str:
@@ -98,10 +123,6 @@ def _text(content: Any) -> str:
     return json.dumps(content, sort_keys=True, default=str)
 
 
-def _calls(message: BaseMessage) -> str:
-    return canonical_calls(getattr(message, "tool_calls", None) or [])
-
-
 @lru_cache(maxsize=1024)
 def llm_key(llm_string: str) -> str:
     """A digest of LangChain's llm_string (model, temperature, stop, tools, response format…)."""
@@ -110,39 +131,61 @@ def llm_key(llm_string: str) -> str:
 
 # generations ⇄ payload --------------------------------------------------------------------
 def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any]:
-    """Plain data for the store: kind, text, generation info and, for chat, the message."""
+    """Plain data for the store: kind, text, generation info and, for chat, the message.
+    Shares nothing with ``generations`` (the store keeps it; the caller keeps those)."""
     out = []
     for generation in generations:
-        item: dict[str, Any] = {"text": generation.text, "info": plain(generation.generation_info)}
+        item: dict[str, Any] = {"text": generation.text, "info": generation.generation_info}
         if isinstance(generation, ChatGeneration):
             message = message_to_dict(generation.message)
             message["data"].pop("id", None)  # a run id: meaningless on a replay
-            item |= {"kind": "chat", "message": plain(message)}
+            item |= {"kind": "chat", "message": message}
         else:
             item["kind"] = "text"
         out.append(item)
-    return {"v": 1, "generations": out}
+    return _detached({"v": 1, "generations": out})
 
 
-def generations_from_payload(
-    payload: Any, extra_metadata: dict[str, Any] | None = None
-) -> list[Generation]:
-    """Rebuild the generations; ``ValueError`` for anything that is not a payload we wrote."""
+def generations_from_payload(payload: Any, tier: dict[str, Any] | None = None) -> list[Generation]:
+    """Generations rebuilt from ``payload`` (a hit's payload is the caller's own copy, so
+    they share nothing with the cache), with ``tier`` under ``"tricache"`` in each message's
+    response metadata (chat) or generation info (text).  Raises for anything that is not a
+    payload this adapter wrote."""
     if not isinstance(payload, dict) or payload.get("v") != 1:
         raise ValueError("not a TriCache LangChain payload")
     generations: list[Generation] = []
     for item in payload["generations"]:
-        info = item.get("info")
+        info = item["info"]
+        if tier is not None and item["kind"] == "text":
+            info = {**(info or {}), "tricache": tier}
         if item["kind"] == "chat":
             (message,) = messages_from_dict([item["message"]])
-            if extra_metadata:
-                message.response_metadata = {**message.response_metadata, **extra_metadata}
+            if not isinstance(message, AIMessage):
+                raise ValueError(f"a cached answer must be an AI message, not {message.type!r}")
+            if tier is not None:
+                message.response_metadata = {**message.response_metadata, "tricache": tier}
             generations.append(ChatGeneration(message=message, generation_info=info))
-        elif item["kind"] == "text":
-            generations.append(Generation(text=str(item["text"]), generation_info=info))
+        elif item["kind"] == "text" and isinstance(item["text"], str):
+            generations.append(Generation(text=item["text"], generation_info=info))
         else:
             raise ValueError(f"unknown generation kind {item['kind']!r}")
+    if not generations:
+        raise ValueError("a cached answer without generations")
     return generations
+
+
+def _detached(value: Any) -> Any:
+    """A deep copy of ``value`` as plain data, for the store to keep (a MessagePack round
+    trip, faster than ``copy.deepcopy``); what MessagePack cannot write goes through JSON."""
+    try:
+        return msgpack.unpackb(
+            msgpack.packb(value, use_bin_type=True, unicode_errors="surrogatepass"),
+            raw=False,
+            strict_map_key=False,
+            unicode_errors="surrogatepass",
+        )
+    except (TypeError, ValueError, OverflowError):
+        return plain(value)  # already a fresh copy
 
 
 def servable_to_look_alikes(generations: Sequence[Generation]) -> bool:

@@ -11,12 +11,27 @@ from typing import Any
 
 import pytest
 from langchain_core.globals import set_llm_cache
-from langchain_core.language_models import FakeListChatModel, FakeListLLM, GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import Generation
-from langchain_core.runnables import RunnableLambda
+from langchain_core.language_models import (
+    BaseChatModel,
+    FakeListChatModel,
+    FakeListLLM,
+    GenericFakeChatModel,
+)
+from langchain_core.load import dumps
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult, Generation
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_tricache import CachedChatModel, TriCache, tenant, with_tricache
+from langchain_tricache.convert import parse_messages, parse_prompt
 from tricache import Cache
 from tricache.stores.redis import RedisStore
 
@@ -333,6 +348,297 @@ def test_coalescing_across_processes_through_redis(namespace: str, redis_client:
     store.close()
 
 
+# every field in the key ----------------------------------------------------------------------
+class Oracle(BaseChatModel):
+    """Answers with everything it was sent (so a wrong cached answer shows), counting calls."""
+
+    style: str = "plain"
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "oracle"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"style": self.style}
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, *a: Any, **kw: Any
+    ) -> ChatResult:
+        self.calls += 1
+        sent = " | ".join(f"{m.type}/{m.name}: {m.content}" for m in messages)
+        answer = f"[{self.style} stop={stop} {sorted(kw) if kw else ''}] {sent}"
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(answer))])
+
+
+ASK = HumanMessage("Write a short greeting for me.")
+CALL = {"name": "lookup", "args": {"city": "Paris"}, "id": "call_1"}
+BASE: list[BaseMessage] = [
+    HumanMessage("Check the weather."),
+    AIMessage("", tool_calls=[CALL], additional_kwargs={"function_call": {"name": "lookup"}}),
+    ToolMessage("18C", tool_call_id="call_1", name="lookup"),
+    ASK,
+]
+
+
+def _variant(index: int, **update: Any) -> list[BaseMessage]:
+    messages = list(BASE)
+    message = messages[index]
+    messages[index] = type(message)(**{**message.model_dump(), **update})  # validated
+    return messages
+
+
+ANSWER_CHANGING = {
+    "question author": _variant(3, name="Bob"),
+    "tool call args": _variant(1, tool_calls=[{**CALL, "args": {"city": "Rome"}}]),
+    "invalid tool call": _variant(
+        1, invalid_tool_calls=[{"name": "x", "args": "{", "id": "b", "error": None}]
+    ),
+    "function_call": _variant(1, additional_kwargs={"function_call": {"name": "other"}}),
+    "tool name": _variant(2, name="forecast"),
+    "tool status": _variant(2, status="error"),
+    "image part": _variant(
+        3, content=[{"type": "text", "text": ASK.content}, {"type": "image_url", "image_url": "a"}]
+    ),
+    "function message": [*BASE[:3], FunctionMessage("18C", name="lookup"), ASK],
+}
+NOT_ANSWER_CHANGING = {
+    "message id": _variant(3, id="run-7"),
+    "tool call id": _variant(1, tool_calls=[{**CALL, "id": "call_9"}]),
+    "tool_call_id": _variant(2, tool_call_id="call_9"),
+    "artifact": _variant(2, artifact={"raw": [1, 2]}),
+    "provider reports": _variant(
+        1,
+        response_metadata={"model_name": "m"},
+        usage_metadata={"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+    ),
+}
+
+
+def _requests(cache: TriCache, messages: list[BaseMessage]) -> tuple[Any, Any]:
+    """The request from LangChain's serialized prompt, and from the message objects."""
+    from_prompt = cache._request(dumps(messages), "llm")[0]
+    parsed = parse_messages(messages)
+    return from_prompt, cache.core.request(
+        parsed.query, system=parsed.system, history=parsed.history, tenant="default",
+        llm_key=from_prompt.llm_key, query_meta=parsed.query_meta,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("change", sorted(ANSWER_CHANGING))
+def test_every_field_that_changes_the_answer_changes_the_key(core: Cache, change: str) -> None:
+    cache = TriCache(cache=core)
+    base = _requests(cache, BASE)
+    changed = _requests(cache, ANSWER_CHANGING[change])
+    assert base[0] == base[1] and changed[0] == changed[1]  # both views agree
+    assert changed[0] != base[0] and core.exact.key(changed[0]) != core.exact.key(base[0])
+
+
+@pytest.mark.parametrize("change", sorted(NOT_ANSWER_CHANGING))
+def test_run_ids_and_provider_reports_stay_out_of_the_key(core: Cache, change: str) -> None:
+    cache = TriCache(cache=core)
+    assert _requests(cache, NOT_ANSWER_CHANGING[change]) == _requests(cache, BASE)
+
+
+def test_parse_prompt_reads_names_from_the_serialized_prompt() -> None:
+    parsed = parse_prompt(dumps([HumanMessage("Hello there", name="Alice")]))
+    assert parsed.query == "Hello there" and "Alice" in parsed.query_meta
+
+
+def test_each_author_gets_their_own_answer(global_cache: TriCache, core: Cache) -> None:
+    def ask(model: BaseChatModel, name: str) -> str:
+        return str(model.invoke([HumanMessage("Write a short greeting.", name=name)]).content)
+
+    shared = Oracle()
+    assert "human/Alice" in ask(shared, "Alice")
+    assert "human/Bob" in ask(shared, "Bob")  # not Alice's greeting
+    assert "human/Alice" in ask(shared, "Alice") and shared.calls == 2
+    wrapped = CachedChatModel(inner=Oracle(cache=False), tricache=core)
+    assert "human/Bob" in ask(wrapped, "Bob")
+    assert "human/Alice" in ask(wrapped, "Alice")
+
+
+# the wrapped model in the key ----------------------------------------------------------------
+def test_wrapped_models_with_other_settings_never_share_answers(core: Cache) -> None:
+    terse = CachedChatModel(inner=Oracle(style="terse", cache=False).with_retry(), tricache=core)
+    verbose = CachedChatModel(inner=Oracle(style="long", cache=False).with_retry(), tricache=core)
+    assert terse.invoke("Describe Paris.").content.startswith("[terse")
+    assert verbose.invoke("Describe Paris.").content.startswith("[long")
+    assert terse.invoke("Describe Paris.").response_metadata["tricache"]["tier"] == "exact"
+
+
+def test_bound_arguments_reach_the_model_and_the_key(core: Cache) -> None:
+    inner = Oracle(cache=False)
+    ended = CachedChatModel(inner=inner.bind(stop=["END"]), tricache=core)
+    assert "stop=['END']" in ended.invoke("Count to three.").content  # not overridden by None
+    stopped = CachedChatModel(inner=inner.bind(stop=["STOP"]), tricache=core)
+    assert "stop=['STOP']" in stopped.invoke("Count to three.").content
+    tools = CachedChatModel(inner=inner.bind(tool_choice="auto"), tricache=core)
+    assert "tool_choice" in tools.invoke("Count to three.").content
+    assert inner.calls == 3
+    assert "stop=['END']" in ended.invoke("Count to three.").content and inner.calls == 3
+
+
+def test_fallbacks_are_part_of_the_key(core: Cache) -> None:
+    first = Oracle(style="a", cache=False)
+    CachedChatModel(
+        inner=first.with_fallbacks([Oracle(style="b", cache=False)]), tricache=core
+    ).invoke("Name a colour.")
+    second = Oracle(style="a", cache=False)
+    other = CachedChatModel(
+        inner=second.with_fallbacks([Oracle(style="c", cache=False)]), tricache=core
+    )
+    other.invoke("Name a colour.")
+    assert first.calls == 1 and second.calls == 1  # another fallback: another key
+
+
+def test_an_unknown_wrapped_runnable_passes_through_uncached(
+    core: Cache, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int] = []
+
+    def answer(messages: Any, **kw: Any) -> AIMessage:
+        calls.append(1)
+        return AIMessage(f"answer {len(calls)}")
+
+    model = CachedChatModel(inner=RunnableLambda(answer), tricache=core)
+    assert model.invoke("What is two plus two?").content == "answer 1"
+    assert model.invoke("What is two plus two?").content == "answer 2"
+    assert "".join(str(c.content) for c in model.stream("What is two plus two?")) == "answer 3"
+    assert sum("cannot tell which model" in r.message for r in caplog.records) == 1
+
+
+# served answers are copies -------------------------------------------------------------------
+class Fixed(BaseChatModel):
+    """Answers every call with a fresh copy of ``answer``."""
+
+    answer: AIMessage
+
+    @property
+    def _llm_type(self) -> str:
+        return "fixed"
+
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self.answer.model_copy(deep=True))])
+
+
+def _rich_answer() -> AIMessage:
+    return AIMessage(
+        [{"type": "text", "text": "Calling the tool."}],
+        tool_calls=[{"name": "weather", "args": {"cities": ["Paris"]}, "id": "c1"}],
+        additional_kwargs={"extra": {"list": [1]}},
+        response_metadata={"finish_reason": "tool_calls", "nested": {"k": [1]}},
+    )
+
+
+def _vandalize(message: Any) -> None:
+    message.content[0]["text"] = "vandalized"
+    message.tool_calls[0]["args"]["cities"].append("Rome")
+    message.additional_kwargs["extra"]["list"].append(2)
+    message.response_metadata["nested"]["k"].append(2)
+
+
+def _assert_pristine(message: Any) -> None:
+    assert message.content[0]["text"] == "Calling the tool."
+    assert message.tool_calls[0]["args"] == {"cities": ["Paris"]}
+    assert message.additional_kwargs["extra"] == {"list": [1]}
+    assert message.response_metadata["nested"] == {"k": [1]}
+
+
+def test_changing_a_served_answer_never_changes_the_next_one(global_cache: TriCache) -> None:
+    question = "Which museums are in Paris?"
+    first = Fixed(answer=_rich_answer()).invoke(question)
+    _vandalize(first)  # the answer that was just stored
+    not_called = Fixed(answer=AIMessage("NOT CALLED"))  # the same llm_string
+    hit = not_called.invoke(question)
+    _assert_pristine(hit)
+    _vandalize(hit)  # an answer served from L1
+    _assert_pristine(not_called.invoke(question))
+
+
+def test_generations_served_by_the_cache_are_copies(core: Cache) -> None:
+    cache = TriCache(cache=core)
+    stored = Generation(text="x", generation_info={"logprobs": [1]})
+    cache.update("Say x.", "llm", [stored])
+    stored.generation_info["logprobs"].append(2)  # type: ignore[index]
+    served = cache.lookup("Say x.", "llm")
+    assert served is not None and served[0].generation_info["logprobs"] == [1]  # type: ignore[index]
+    served[0].generation_info["logprobs"].append(3)  # type: ignore[index]
+    again = cache.lookup("Say x.", "llm")
+    assert again is not None and again[0].generation_info["logprobs"] == [1]  # type: ignore[index]
+
+
+def test_the_wrapper_serves_copies(core: Cache) -> None:
+    model = CachedChatModel(inner=Fixed(answer=_rich_answer()), tricache=core)
+    model.invoke("Which museums are in Paris?")
+    hit = model.invoke("Which museums are in Paris?")
+    _vandalize(hit)
+    _assert_pristine(model.invoke("Which museums are in Paris?"))
+
+
+def test_plain_llm_hits_carry_the_tier(global_cache: TriCache) -> None:
+    llm = FakeListLLM(responses=["Paris", "NOT CALLED"])
+    llm.invoke("What is the capital of France?")
+    info = llm.generate(["What is the capital of France?"]).generations[0][0].generation_info
+    assert info is not None and info["tricache"]["tier"] == "exact"
+
+
+# payloads that are not ours ------------------------------------------------------------------
+BAD_PAYLOADS = [
+    {"v": 1, "generations": [{"kind": "chat", "text": "x", "info": None,
+                              "message": {"type": "ai", "data": 5}}]},
+    {"v": 1, "generations": [{"kind": "chat", "text": "x", "info": None,
+                              "message": {"type": "human", "data": {"content": "hi"}}}]},
+    {"v": 1, "generations": [{"kind": "text", "text": 5, "info": None}]},
+    {"v": 1, "generations": [{"kind": "text", "text": "x", "info": "not a dict"}]},
+    {"v": 1, "generations": [{"kind": "text", "text": "x"}]},
+    {"v": 1, "generations": ["not an item"]},
+    {"v": 1, "generations": 5},
+    {"v": 1, "generations": []},
+    {"v": 1},
+    {"v": 2, "generations": []},
+    "not a dict",
+]  # fmt: skip
+
+
+def _corrupt(core: Cache, request: Any, payload: Any) -> None:
+    assert core.update(request, "x", payload, semantic=False)
+
+
+@pytest.mark.parametrize("payload", BAD_PAYLOADS)
+def test_a_payload_that_is_not_ours_is_a_corrupt_miss(core: Cache, payload: Any) -> None:
+    cache = TriCache(cache=core)
+    prompt = dumps([HumanMessage("What is a payload?")])
+    request = cache._request(prompt, "llm")[0]
+    _corrupt(core, request, payload)
+    assert cache.lookup(prompt, "llm") is None
+    assert asyncio.run(cache.alookup(prompt, "llm")) is None
+    assert core.metrics.count("exact", "corrupt") == 2
+    model = GenericFakeChatModel(messages=iter([AIMessage("fresh")]), cache=cache)
+    assert model.invoke("What is a payload?").content == "fresh"
+
+
+@pytest.mark.parametrize("payload", BAD_PAYLOADS[:7])
+def test_the_wrapper_treats_a_payload_not_its_own_as_a_miss(core: Cache, payload: Any) -> None:
+    model = CachedChatModel(inner=counting("fresh"), tricache=core)
+    request = model._request([HumanMessage("What is a payload?")], {})[0]
+    _corrupt(core, request, payload)
+
+    async def both_async() -> tuple[str, str]:
+        answer = await model.ainvoke("What is a payload?")
+        streamed = "".join([str(c.content) async for c in model.astream("What is a payload?")])
+        return str(answer.content), streamed
+
+    _corrupt(core, request, payload)
+    assert model.invoke("What is a payload?").content == "fresh"
+    _corrupt(core, request, payload)
+    assert "".join(str(c.content) for c in model.stream("What is a payload?")) == "fresh"
+    _corrupt(core, request, payload)
+    assert asyncio.run(both_async())[0] == "fresh"
+    assert core.metrics.count("exact", "corrupt") >= 3
+
+
 # chain-level caching -------------------------------------------------------------------------
 def test_chain_output_is_cached_on_the_question_and_invalidated_with_the_kb(core: Cache) -> None:
     calls: list[str] = []
@@ -342,13 +648,14 @@ def test_chain_output_is_cached_on_the_question_and_invalidated_with_the_kb(core
         return {"answer": f"answer to {inputs['question']}", "sources": ["handbook#3"]}
 
     chain = with_tricache(RunnableLambda(rag), core, tags=["kb:handbook"])
-    first = chain.invoke({"question": "How do I reset my password?", "context": "..."})
-    assert chain.invoke({"question": "How can I reset my password?"}) == first
+    first = chain.invoke({"question": "How do I reset my password?", "lang": "en"})
+    assert chain.invoke({"question": "How can I reset my password?", "lang": "en"}) == first
     assert calls == ["How do I reset my password?"]  # retrieval and LLM skipped
     core.invalidate("kb:handbook")
-    chain.invoke({"question": "How do I reset my password?"})
+    chain.invoke({"question": "How do I reset my password?", "lang": "en"})
     assert len(calls) == 2
-    assert asyncio.run(chain.ainvoke({"question": "How do I reset my password?"})) == first
+    again = asyncio.run(chain.ainvoke({"question": "How do I reset my password?", "lang": "en"}))
+    assert again == first and len(calls) == 2
 
 
 def test_chain_messages_and_documents_come_back_as_objects(core: Cache) -> None:
@@ -361,5 +668,143 @@ def test_chain_messages_and_documents_come_back_as_objects(core: Cache) -> None:
     )
     assert docs.invoke("find the refund policy") == docs.invoke("find the refund policy")
     assert isinstance(docs.invoke("find the refund policy")[0], Document)
-    with pytest.raises(TypeError, match="key="):
-        with_tricache(RunnableLambda(lambda x: x), core).invoke({"text": "no question field"})
+
+
+def _history_chain(system: str, model: Oracle) -> Any:
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", system), MessagesPlaceholder("chat_history"), ("human", "{input}")]
+    )
+    return prompt | model
+
+
+def test_two_chains_of_the_same_class_never_share_outputs(core: Cache) -> None:
+    model = Oracle(cache=False)
+    support = with_tricache(_history_chain("You are ACME support.", model), core)
+    sales = with_tricache(_history_chain("You are ACME sales.", model), core)
+    question = {"input": "What do you offer?", "chat_history": []}
+    assert "ACME support" in support.invoke(question).content
+    assert "ACME sales" in sales.invoke(question).content
+    assert "ACME support" in support.invoke(question).content and model.calls == 2
+
+
+def test_other_input_fields_are_in_the_key(core: Cache) -> None:
+    model = Oracle(cache=False)
+    chain = with_tricache(_history_chain("You are ACME support.", model), core)
+    pro = [HumanMessage("Tell me about the Pro plan"), AIMessage("It costs $20.")]
+    basic = [HumanMessage("Tell me about the Basic plan"), AIMessage("It costs $5.")]
+    ask = "Does it include support?"
+    assert "Pro plan" in chain.invoke({"input": ask, "chat_history": pro}).content
+    assert "Basic plan" in chain.invoke({"input": ask, "chat_history": basic}).content
+    assert "Pro plan" in chain.invoke({"input": ask, "chat_history": pro}).content
+    assert model.calls == 2  # the repeat was served; nothing crossed histories
+
+
+def test_inputs_without_a_question_are_matched_exactly(core: Cache) -> None:
+    calls: list[Any] = []
+
+    def summarize(inputs: dict[str, Any]) -> str:
+        calls.append(inputs)
+        return f"summary of {inputs['text']} in {inputs['words']} words"
+
+    chain = with_tricache(RunnableLambda(summarize), core)
+    assert chain.invoke({"text": "How do I reset my password?", "words": 5}).endswith("5 words")
+    assert chain.invoke({"text": "How do I reset my password?", "words": 9}).endswith("9 words")
+    assert "can I" in chain.invoke({"text": "How can I reset my password?", "words": 5})
+    assert chain.invoke({"text": "How do I reset my password?", "words": 5}).endswith("5 words")
+    assert len(calls) == 3
+
+
+def test_inputs_without_a_canonical_form_are_not_cached(core: Cache) -> None:
+    calls: list[int] = []
+    chain = with_tricache(RunnableLambda(lambda x: calls.append(1) or len(calls)), core)
+    marker = object()
+    assert chain.invoke({"question": "Which one?", "obj": marker}) == 1
+    assert chain.invoke({"question": "Which one?", "obj": marker}) == 2
+
+
+def test_the_configurable_part_of_the_config_is_in_the_key(core: Cache) -> None:
+    def greet(name: str, config: RunnableConfig) -> str:
+        return f"{config['configurable']['tone']} hello, {name}"
+
+    chain = with_tricache(RunnableLambda(greet), core)
+    polite = {"configurable": {"tone": "polite"}}
+    assert chain.invoke("Ada", polite) == "polite hello, Ada"
+    assert chain.invoke("Ada", {"configurable": {"tone": "rude"}}) == "rude hello, Ada"
+
+
+def test_functions_with_other_closures_are_other_chains(core: Cache) -> None:
+    def times(n: int) -> Any:
+        return RunnableLambda(lambda q: f"{q} x{n}")
+
+    assert with_tricache(times(2), core).invoke("What is 3?") == "What is 3? x2"
+    assert with_tricache(times(3), core).invoke("What is 3?") == "What is 3? x3"
+
+
+TONE = "polite"
+
+
+def _toned(question: str) -> str:
+    return f"{TONE}: {question}"
+
+
+def test_module_settings_a_function_reads_are_in_the_key(
+    core: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert with_tricache(RunnableLambda(_toned), core).invoke("Greet me.") == "polite: Greet me."
+    monkeypatch.setitem(globals(), "TONE", "rude")  # another deployment's setting
+    assert with_tricache(RunnableLambda(_toned), core).invoke("Greet me.") == "rude: Greet me."
+
+
+def test_a_chain_without_a_fingerprint_is_not_cached_unless_named(
+    core: Cache, caplog: pytest.LogCaptureFixture
+) -> None:
+    index = object()  # stands for a vector store: no description two processes agree on
+    calls: list[int] = []
+
+    def retrieve(q: str) -> str:
+        calls.append(1)
+        return f"{q}: {id(index) and len(calls)}"
+
+    chain = with_tricache(RunnableLambda(retrieve), core)
+    chain.invoke("Where are the docs?")
+    chain.invoke("Where are the docs?")
+    assert len(calls) == 2
+    assert sum("no reliable fingerprint" in r.message for r in caplog.records) == 1
+    named = with_tricache(RunnableLambda(retrieve), core, fingerprint="docs-rag-v1")
+    assert named.invoke("Where are the docs?") == named.invoke("Where are the docs?")
+    assert len(calls) == 3
+
+
+def test_tags_must_be_a_list(core: Cache) -> None:
+    with pytest.raises(TypeError, match="tags"):
+        with_tricache(RunnableLambda(lambda x: x), core, tags="kb:docs")
+
+
+def test_cached_chain_outputs_are_copies(core: Cache) -> None:
+    chain = with_tricache(
+        RunnableLambda(lambda q: {"answer": q.upper(), "sources": ["a"]}), core, semantic=False
+    )
+    chain.invoke("where are the docs?")
+    hit = chain.invoke("where are the docs?")
+    hit["sources"].append("vandalized")
+    assert chain.invoke("where are the docs?")["sources"] == ["a"]
+
+
+def test_outputs_that_would_not_come_back_equal_are_not_cached(core: Cache) -> None:
+    calls: list[int] = []
+    chain = with_tricache(RunnableLambda(lambda q: calls.append(1) or {1: ("a", "b")}), core)
+    assert chain.invoke("Give me a pair.") == {1: ("a", "b")}
+    assert chain.invoke("Give me a pair.") == {1: ("a", "b")} and len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "payload", [{"v": 1, "kind": "json"}, {"v": 1, "kind": "lc", "data": 5}, {"v": 1, "kind": 3}]
+)
+def test_a_chain_payload_not_ours_is_a_corrupt_miss(core: Cache, payload: Any) -> None:
+    chain = with_tricache(RunnableLambda(lambda q: f"fresh {q}"), core, semantic=False)
+    request = chain._request("What is this?", None, {})[0]
+    _corrupt(core, request, payload)
+    assert chain.invoke("What is this?") == "fresh What is this?"
+    _corrupt(core, request, payload)
+    assert asyncio.run(chain.ainvoke("What is this?")) == "fresh What is this?"
+    assert core.metrics.count("exact", "corrupt") == 2
