@@ -6,9 +6,13 @@ unpickled and no class named by stored data is imported.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -20,29 +24,100 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 
-from tricache.conversation import Conversation, canonical_calls, plain, split_conversation
+from tricache.conversation import (
+    Conversation,
+    canonical_calls,
+    canonical_meta,
+    plain,
+    split_conversation,
+)
+from tricache.request import context_token
 
 __all__ = [
     "chat_from_payload",
     "chat_payload",
+    "chat_turns",
     "completion_from_payload",
     "completion_payload",
+    "condenses_a_follow_up",
     "llm_key",
     "parse_chat",
     "role_of",
     "servable_to_look_alikes",
+    "templated_conversation",
     "usage_tokens",
 ]
 
 _SYSTEM_ROLES = {MessageRole.SYSTEM.value, MessageRole.DEVELOPER.value}
 _CUT_OFF = {"length", "max_tokens", "MAX_TOKENS"}
-# Settings that say who the caller is, not what the model does: kept out of the key.
-_NOT_IN_KEY = ("key", "secret", "token", "password", "callback", "base_url", "timeout", "retries")
+# Settings that say who the caller is or how the call travels, not what the model answers:
+# kept out of the key, by exact name (``max_tokens``, ``base_url`` … stay in).
+_NOT_IN_KEY = frozenset(
+    {
+        "api_key", "api_secret", "secret_key", "access_token", "auth_token", "token",
+        "password", "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
+        "azure_ad_token", "azure_ad_token_provider", "callback_manager", "http_client",
+        "async_http_client", "timeout", "request_timeout", "max_retries", "retries",
+    }
+)  # fmt: skip
+# Message fields that differ on every run without changing the answer: ids and usage counts.
+_RUN_SPECIFIC = frozenset(
+    {"id", "run_id", "tool_call_id", "usage", "prompt_tokens", "completion_tokens",
+     "total_tokens", "tool_calls"}  # tool calls go in canonically, ids stripped
+)  # fmt: skip
+# Where a templated prompt's question was, in the digest of the rest.
+_CUT = "\x00tricache:question\x00"
+_OBSERVATION = re.compile(r"^\s*Observation\s*:")
+
+Turns = list[tuple[str, str, str]]
 
 
 def parse_chat(messages: Sequence[ChatMessage]) -> Conversation:
-    """System and developer messages → system; the last user message → the question."""
-    return split_conversation([(role_of(m), _text(m), _calls(m)) for m in messages])
+    """System and developer messages → system; the last user message → the question; every
+    other field of every message in the request.  A prompt that does not end with a user
+    question (a tool result, a ReAct observation) is served to the very same prompt only."""
+    turns = chat_turns(messages)
+    conversation = split_conversation(turns)
+    if conversation.semantic and _observation(turns):
+        return replace(conversation, semantic=False)
+    return conversation
+
+
+def condenses_a_follow_up(prompt: str) -> bool:
+    """True for a prompt made from LlamaIndex's own condense-question templates, which chat
+    engines fill in themselves (``condense_plus_context`` calls ``complete`` on the result):
+    every follow-up must get its own standalone question, so such a prompt is exact only."""
+    return any(
+        prompt.startswith(head) and pattern.fullmatch(prompt) is not None
+        for head, pattern in _condense_templates()
+    )
+
+
+@functools.cache
+def _condense_templates() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    from llama_index.core.chat_engine import condense_plus_context, condense_question
+
+    templates = (condense_plus_context.DEFAULT_CONDENSE_PROMPT_TEMPLATE,
+                 condense_question.DEFAULT_TEMPLATE)  # fmt: skip
+    parts = [re.split(r"\{\w+\}", t) for t in templates]
+    return tuple((p[0], re.compile("(.*)".join(map(re.escape, p)), re.DOTALL)) for p in parts)
+
+
+def templated_conversation(question: str, turns: Turns) -> Conversation | None:
+    """A call made to answer a prompt template whose question (``query_str``) is ``question``:
+    keyed on the question and a digest of the whole prompt with the question cut out, so two
+    calls share a key only when their prompts differ in the question alone.  ``None`` when the
+    question cannot be cut out cleanly."""
+    if not question.strip() or any(_CUT in part for turn in turns for part in turn):
+        return None
+    cut = [[part.replace(question, _CUT) for part in turn] for turn in turns]
+    return Conversation(question, f"[prompt template] {_digest(cut)}")
+
+
+def chat_turns(messages: Sequence[ChatMessage]) -> Turns:
+    """``(role, text, meta)`` for each message, as :func:`split_conversation` takes them."""
+    answered = _call_names(messages)
+    return [(role_of(m), _text(m), _meta(m, answered)) for m in messages]
 
 
 def role_of(message: ChatMessage) -> str:
@@ -50,6 +125,16 @@ def role_of(message: ChatMessage) -> str:
     role = message.role
     name = role.value if isinstance(role, MessageRole) else str(role)
     return "system" if name in _SYSTEM_ROLES else name
+
+
+def _digest(turns: Any) -> str:
+    return context_token(json.dumps(turns, ensure_ascii=False))
+
+
+def _observation(turns: Turns) -> bool:
+    """True when the prompt ends with a ReAct observation (a tool result in a user message)."""
+    rest = [t for t in turns if t[0] != "system"]
+    return len(rest) > 1 and rest[-2][0] == "assistant" and bool(_OBSERVATION.match(rest[-1][1]))
 
 
 def _text(message: ChatMessage) -> str:
@@ -64,19 +149,51 @@ def _text(message: ChatMessage) -> str:
     return "\n".join(parts)
 
 
-def _calls(message: ChatMessage) -> str:
+def _meta(message: ChatMessage, answered: Mapping[str, Any]) -> str:
+    """Every field of ``message`` but its role and text that can change the answer: its tool
+    calls, which call a tool result answers, its ``name`` and other provider fields."""
+    extra = message.additional_kwargs
+    answers = extra.get("tool_call_id")
+    return canonical_meta(
+        {
+            "calls": canonical_calls(_calls(message)),
+            "answers": answered.get(str(answers)) if answers is not None else None,
+            "name": getattr(message, "name", None),
+            "fields": {k: v for k, v in extra.items() if k not in _RUN_SPECIFIC},
+        }
+    )
+
+
+def _calls(message: ChatMessage) -> list[dict[str, Any]]:
+    """The message's tool calls (blocks and provider ``tool_calls``), as plain dicts."""
     calls: list[Any] = [
-        {"name": b.tool_name, "arguments": b.tool_kwargs}
+        {"id": b.tool_call_id, "name": b.tool_name, "arguments": b.tool_kwargs}
         for b in message.blocks
         if isinstance(b, ToolCallBlock)
     ]
     calls += message.additional_kwargs.get("tool_calls") or []
-    return canonical_calls(_as_dict(c) for c in calls)
+    return [_as_dict(c) for c in calls]
 
 
-def _as_dict(call: Any) -> Any:
+def _call_names(messages: Sequence[ChatMessage]) -> dict[str, Any]:
+    """Tool call id → ``[tool name, position among the conversation's calls]``: what a tool
+    result answers, without the run-specific id."""
+    names: dict[str, Any] = {}
+    for message in messages:
+        for call in _calls(message):
+            call_id = call.get("id")
+            function = call.get("function")
+            name = call.get("name") or (
+                function.get("name") if isinstance(function, Mapping) else None
+            )
+            if call_id is not None:
+                names.setdefault(str(call_id), [name, len(names)])
+    return names
+
+
+def _as_dict(call: Any) -> dict[str, Any]:
     if isinstance(call, Mapping):
-        return call
+        return dict(call)
     dump = getattr(call, "model_dump", None)
     return dump(mode="json") if callable(dump) else {"call": str(call)}
 
@@ -99,17 +216,26 @@ def llm_key(llm: Any, mode: str, kwargs: Mapping[str, Any]) -> str:
 
 
 def _private(name: str) -> bool:
-    lowered = name.lower()
-    return any(word in lowered for word in _NOT_IN_KEY)
+    return name.lower() in _NOT_IN_KEY
 
 
 def _describe(value: Any) -> Any:
-    """Tools and other objects in call arguments, as what identifies them."""
+    """Tools, functions and other objects in settings and call arguments, as what identifies
+    them: a tool by its schema, a module-level function or a class by its name, a model by its
+    dump, anything else by its repr (which may then differ from process to process: a miss)."""
     metadata = getattr(value, "metadata", None)
     if metadata is not None and hasattr(metadata, "to_openai_tool"):
         return metadata.to_openai_tool()
+    if _named(value):
+        return f"{value.__module__}.{value.__qualname__}"
     dump = getattr(value, "model_dump", None)
-    return dump(mode="json") if callable(dump) else repr(value)
+    return dump(mode="json") if callable(dump) and not isinstance(value, type) else repr(value)
+
+
+def _named(value: Any) -> bool:
+    """True for a class or a function its name identifies (not a lambda, local or closure)."""
+    named = isinstance(value, type) or (inspect.isfunction(value) and value.__closure__ is None)
+    return named and "<" not in value.__qualname__
 
 
 # responses ⇄ payloads --------------------------------------------------------------------
@@ -122,22 +248,26 @@ def chat_from_payload(payload: Any, info: dict[str, Any]) -> ChatResponse:
     """Rebuild a ``ChatResponse``; ``ValueError`` for anything this adapter did not write."""
     if not isinstance(payload, dict) or payload.get("v") != 1 or payload.get("kind") != "chat":
         raise ValueError("not a TriCache LlamaIndex chat payload")
-    message = ChatMessage.model_validate(payload["message"])
+    message = ChatMessage.model_validate(payload["message"])  # the hit's payload is a copy
     return ChatResponse(message=message, additional_kwargs={"tricache": info})
 
 
 def completion_payload(response: CompletionResponse) -> dict[str, Any]:
+    """Plain data for the store: the text."""
     return {"v": 1, "kind": "completion", "text": response.text}
 
 
 def completion_from_payload(payload: Any, info: dict[str, Any]) -> CompletionResponse:
+    """Rebuild a ``CompletionResponse``; ``ValueError`` for anything this adapter did not write."""
     if (
         not isinstance(payload, dict)
         or payload.get("v") != 1
         or payload.get("kind") != "completion"
     ):
         raise ValueError("not a TriCache LlamaIndex completion payload")
-    return CompletionResponse(text=str(payload["text"]), additional_kwargs={"tricache": info})
+    if not isinstance(payload.get("text"), str):
+        raise ValueError("a completion payload without text")
+    return CompletionResponse(text=payload["text"], additional_kwargs={"tricache": info})
 
 
 def servable_to_look_alikes(response: ChatResponse | CompletionResponse) -> bool:

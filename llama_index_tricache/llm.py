@@ -2,19 +2,20 @@
 
 Use it as ``Settings.llm = TriCacheLLM(llm=OpenAI(...))`` or pass it to
 ``index.as_query_engine(llm=...)``.  Inside a query engine the LLM is called through a prompt
-template; the wrapper then keys the call on the user's question (``query_str``) and a
-fingerprint of everything else the template was filled with (retrieved context, existing
-answer …), so the semantic tier compares questions, not context blobs.
+template; the wrapper then keys the call on the user's question (``query_str``) and a digest of
+the whole prompt with the question cut out (retrieved context, existing answer, instructions
+…), so the semantic tier compares questions, not context blobs.  A template without
+``query_str`` (a chat engine's condense step, a structured extraction …) is answered from the
+exact tier only, keyed on its whole prompt.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -38,17 +39,19 @@ from pydantic import Field, PrivateAttr, SerializeAsAny
 from tricache import Cache, CacheRequest, Hit
 from tricache.coalesce import Coalescer
 from tricache.conversation import Conversation, stream_pieces
-from tricache.request import context_token
 from tricache.tenancy import current_tenant
 
 from .convert import (
     chat_from_payload,
     chat_payload,
+    chat_turns,
     completion_from_payload,
     completion_payload,
+    condenses_a_follow_up,
     llm_key,
     parse_chat,
     servable_to_look_alikes,
+    templated_conversation,
     usage_tokens,
 )
 
@@ -56,8 +59,15 @@ __all__ = ["TriCacheLLM"]
 
 log = logging.getLogger(__name__)
 
-# Set while a prompt template is being answered: (the user's question, a digest of the rest).
-_templated: ContextVar[tuple[str, str] | None] = ContextVar("tricache_templated", default=None)
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """Set while a prompt template is answered: its ``query_str`` (``None`` when it has none)."""
+
+    question: str | None
+
+
+_templated: ContextVar[_Template | None] = ContextVar("tricache_templated", default=None)
 
 
 @dataclass(slots=True)
@@ -114,7 +124,7 @@ class TriCacheLLM(FunctionCallingLLM):
             return super().predict(prompt, **prompt_args)
 
     def stream(self, prompt: BasePromptTemplate, **prompt_args: Any) -> Any:
-        with self._templated(prompt, prompt_args):
+        with self._templated(prompt, prompt_args):  # the LLM is called before this returns
             return super().stream(prompt, **prompt_args)
 
     async def apredict(self, prompt: BasePromptTemplate, **prompt_args: Any) -> str:
@@ -125,23 +135,48 @@ class TriCacheLLM(FunctionCallingLLM):
         with self._templated(prompt, prompt_args):
             return await super().astream(prompt, **prompt_args)
 
+    def structured_predict(
+        self, output_cls: Any, prompt: Any, llm_kwargs: Any = None, **prompt_args: Any
+    ) -> Any:
+        with self._templated(prompt, prompt_args):
+            return super().structured_predict(output_cls, prompt, llm_kwargs, **prompt_args)
+
+    async def astructured_predict(
+        self, output_cls: Any, prompt: Any, llm_kwargs: Any = None, **prompt_args: Any
+    ) -> Any:
+        with self._templated(prompt, prompt_args):
+            return await super().astructured_predict(output_cls, prompt, llm_kwargs, **prompt_args)
+
+    def _structured_stream_call(
+        self, output_cls: Any, prompt: Any, llm_kwargs: Any = None, **prompt_args: Any
+    ) -> Any:
+        """(``stream_structured_predict``) The program's generator calls the LLM on its first
+        step: each step is taken inside the template's context."""
+        stream = super()._structured_stream_call(output_cls, prompt, llm_kwargs, **prompt_args)
+        while True:
+            with self._templated(prompt, prompt_args):
+                item = next(stream, _DONE)
+            if item is _DONE:
+                return
+            yield item
+
+    async def _structured_astream_call(
+        self, output_cls: Any, prompt: Any, llm_kwargs: Any = None, **prompt_args: Any
+    ) -> Any:
+        """(``astream_structured_predict``) The program calls the LLM before it returns."""
+        with self._templated(prompt, prompt_args):
+            return await super()._structured_astream_call(
+                output_cls, prompt, llm_kwargs, **prompt_args
+            )
+
     @contextlib.contextmanager
-    def _templated(self, prompt: BasePromptTemplate, args: dict[str, Any]) -> Iterator[None]:
-        """Key the calls made inside on the template's ``query_str``, when it has one; the
-        synthesizers fill it in early (``partial_format``), so it may be in ``prompt.kwargs``."""
+    def _templated(self, prompt: Any, args: dict[str, Any]) -> Iterator[None]:
+        """Mark the calls made inside as answering ``prompt``: keyed on its ``query_str`` (which
+        synthesizers fill in early, with ``partial_format``: it may be in ``prompt.kwargs``)
+        and the rest of the prompt; without a ``query_str``, exact only."""
         filled = {**(getattr(prompt, "kwargs", None) or {}), **args}
-        question = filled.pop("query_str", None)
-        if not isinstance(question, str):
-            yield
-            return
-        try:
-            template = prompt.get_template(llm=self)
-        except Exception:
-            template = repr(prompt)
-        described = json.dumps(
-            [template, self.system_prompt, filled], sort_keys=True, default=str, ensure_ascii=False
-        )
-        token = _templated.set((question, f"[prompt template] {context_token(described)}"))
+        question = filled.get("query_str")
+        token = _templated.set(_Template(question if isinstance(question, str) else None))
         try:
             yield
         finally:
@@ -259,12 +294,11 @@ class TriCacheLLM(FunctionCallingLLM):
 
     # the cache -----------------------------------------------------------------------------
     def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call | None:
-        templated = _templated.get()
-        if templated is not None:
-            question, context = templated
-            conversation = Conversation(question, context)
-        else:
-            conversation = parse_chat(messages)
+        try:
+            conversation = _keyed(parse_chat(messages), lambda: chat_turns(messages))
+        except Exception as exc:  # an odd message is a miss, never an error in the app
+            log.warning("tricache: call not cacheable (%s)", exc)
+            return None
         return self._call(conversation, llm_key(self.llm, "chat", kwargs))
 
     def _completion_call(
@@ -272,8 +306,7 @@ class TriCacheLLM(FunctionCallingLLM):
     ) -> _Call | None:
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
-        templated = _templated.get()
-        conversation = Conversation(*templated) if templated else Conversation(prompt)
+        conversation = _keyed(Conversation(prompt), lambda: [("prompt", prompt, "")])
         return self._call(conversation, llm_key(self.llm, f"complete:{formatted}", kwargs))
 
     def _call(self, conversation: Conversation, key: str) -> _Call | None:
@@ -285,6 +318,7 @@ class TriCacheLLM(FunctionCallingLLM):
                 history=conversation.history,
                 tenant=current_tenant(),
                 llm_key=key,
+                query_meta=conversation.query_meta,
             )
             return _Call(request, conversation.semantic, self._cache.exact.key(request))
         except Exception as exc:  # an odd prompt is a miss, never an error in the app
@@ -322,11 +356,7 @@ class TriCacheLLM(FunctionCallingLLM):
         if hit.tier == "faq":
             message = ChatMessage(role=MessageRole.ASSISTANT, content=hit.text)
             return ChatResponse(message=message, additional_kwargs={"tricache": info})
-        try:
-            return chat_from_payload(hit.payload, info)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("tricache: cached value is not a chat payload (%s)", exc)
-            return None
+        return self._decoded(chat_from_payload, hit.payload, info)
 
     def _cached_completion(self, hit: Hit | None) -> CompletionResponse | None:
         if hit is None:
@@ -334,10 +364,15 @@ class TriCacheLLM(FunctionCallingLLM):
         info = _info(hit)
         if hit.tier == "faq":
             return CompletionResponse(text=hit.text, additional_kwargs={"tricache": info})
+        return self._decoded(completion_from_payload, hit.payload, info)
+
+    def _decoded(self, decode: Any, payload: Any, info: dict[str, Any]) -> Any:
+        """``decode(payload)``; a value this adapter cannot read is a miss, counted as corrupt."""
         try:
-            return completion_from_payload(hit.payload, info)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("tricache: cached value is not a completion payload (%s)", exc)
+            return decode(payload, info)
+        except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
+            log.warning("tricache: cached value is not a %s (%s)", decode.__name__, exc)
+            self._cache.metrics.incr("exact", "corrupt")
             return None
 
     def _store_args(self, call: _Call, response: Any, to_payload: Any) -> dict[str, Any]:
@@ -374,6 +409,25 @@ class TriCacheLLM(FunctionCallingLLM):
             yield last
         if last is not None:
             await self._astored(call, last, to_payload)
+
+
+_DONE = object()
+
+
+def _keyed(conversation: Conversation, turns: Any) -> Conversation:
+    """What a call is keyed on: ``conversation`` outside prompt templates (exact only when it
+    condenses a chat engine's follow-up).  Inside one, the template's question and a digest of
+    the rest of the prompt (``turns()``); without a question, ``conversation``, exact only."""
+    template = _templated.get()
+    if template is None:
+        if conversation.semantic and condenses_a_follow_up(conversation.query):
+            return replace(conversation, semantic=False)
+        return conversation
+    if template.question is not None:
+        keyed = templated_conversation(template.question, turns())
+        if keyed is not None:
+            return keyed
+    return replace(conversation, semantic=False)
 
 
 def _info(hit: Hit) -> dict[str, Any]:

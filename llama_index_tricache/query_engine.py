@@ -1,14 +1,19 @@
 """``CachedQueryEngine``: whole query-engine responses from the cache (retrieval skipped too).
 
-The response (text, source nodes, metadata) is keyed on the query string, in a scope named
-after the index.  Given the index, the engine invalidates its entries when the index changes
-(insert, delete, update, refresh), in every process that shares the cache.
+The response (text, source nodes, metadata) is keyed on the query string and on a fingerprint
+of everything else that shapes it (the retriever's filters and ``similarity_top_k``, the node
+postprocessors, the response mode and prompts, the LLM, the index: see ``fingerprint.py``), in
+a scope named after the index.  An engine that cannot be fingerprinted is not cached.  Given the
+index, the engine invalidates its entries when the index changes (insert, delete, update,
+refresh), in every process that shares the cache.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -26,6 +31,8 @@ from tricache import Cache, CacheRequest, Hit
 from tricache.conversation import plain, stream_pieces
 from tricache.request import context_token
 from tricache.tenancy import current_tenant
+
+from .fingerprint import engine_fingerprint
 
 __all__ = ["CachedQueryEngine", "watch_index"]
 
@@ -48,7 +55,9 @@ class CachedQueryEngine(BaseQueryEngine):
 
     ``index``: the index the engine reads; its changes invalidate the cached responses.
     ``name``: the scope of the entries when no index is given (engines over different data
-    that share a cache need different names).  Hits carry ``metadata["tricache"]``.
+    that share a cache need different names).  Hits carry ``metadata["tricache"]``.  Engines
+    over one index with other settings (filters, ``similarity_top_k``, prompts, LLM …) never
+    share entries; an engine whose settings cannot be described is passed through, uncached.
     """
 
     def __init__(
@@ -65,6 +74,7 @@ class CachedQueryEngine(BaseQueryEngine):
         scope = name or (index.index_id if index is not None else _index_id(engine))
         self.scope = scope or type(engine).__qualname__
         self.tag = f"llama_index:{self.scope}"
+        self._warned = False
         if index is not None:
             watch_index(index, self.cache, self.tag)
 
@@ -101,15 +111,31 @@ class CachedQueryEngine(BaseQueryEngine):
 
     # the cache -----------------------------------------------------------------------------
     def _request(self, query_bundle: QueryBundle) -> CacheRequest | None:
+        """The request for ``query_bundle``, or ``None``: the query goes to the engine."""
+        fingerprint = self._fingerprint()
+        if fingerprint is None:
+            return None
         try:
             return self.cache.request(
                 query_bundle.query_str,
-                system=f"[query engine] {context_token(self.scope)}",
+                system=f"[query engine] {context_token(_scope_of(self.scope, query_bundle))}",
                 tenant=current_tenant(),
+                llm_key=fingerprint,
                 tags=(self.tag,),
             )
         except Exception as exc:  # an odd query is a miss, never an error in the app
             log.warning("tricache: query not cacheable (%s)", exc)
+            return None
+
+    def _fingerprint(self) -> str | None:
+        """The engine's fingerprint, taken at each query (its settings may change); ``None``,
+        logged once, when the engine cannot be described."""
+        try:
+            return engine_fingerprint(self.engine)
+        except Exception as exc:  # Opaque, or a part that fails when read: not cached
+            if not self._warned:
+                self._warned = True
+                log.warning("tricache: %s not cached: %s", type(self.engine).__name__, exc)
             return None
 
     def _store(self, request: CacheRequest, text: str | None, response: Any) -> None:
@@ -126,29 +152,17 @@ class CachedQueryEngine(BaseQueryEngine):
         ]
         payload = {"v": 1, "kind": "response", "sources": sources,
                    "metadata": plain(dict(response.metadata or {}))}  # fmt: skip
-        self.cache.update(request, text, payload)
+        self.cache.update(request, text, copy.deepcopy(payload))  # the caller's objects stay theirs
 
     def _response(self, hit: Hit | None, asynchronous: bool = False) -> RESPONSE_TYPE | None:
         if hit is None:
             return None
         info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
-        payload = hit.payload
         try:
-            if hit.tier == "faq":
-                sources, metadata = [], {}
-            elif not isinstance(payload, dict) or payload.get("kind") != "response":
-                raise ValueError("not a TriCache query-engine payload")
-            else:
-                sources = [
-                    NodeWithScore(
-                        node=TextNode(id_=s["id"], text=s["text"], metadata=s["metadata"]),
-                        score=s["score"],
-                    )
-                    for s in payload["sources"]
-                ]
-                metadata = dict(payload["metadata"])
-        except (ValueError, KeyError, TypeError) as exc:
+            sources, metadata = _decoded(hit)
+        except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
             log.warning("tricache: cached value is not a query response (%s)", exc)
+            self.cache.metrics.incr("exact", "corrupt")
             return None
         metadata["tricache"] = info
         if _streams(self.engine):
@@ -217,6 +231,33 @@ def _invalidating(method: Any, targets: list[tuple[Cache, str]]) -> Any:
 
     wrapper._tricache_targets = targets  # type: ignore[attr-defined]
     return wrapper
+
+
+def _decoded(hit: Hit) -> tuple[list[NodeWithScore], dict[str, Any]]:
+    """Source nodes and metadata from a hit (whose payload is the caller's own copy);
+    ``ValueError`` (or another error) for a value this adapter did not write."""
+    if hit.tier == "faq":
+        return [], {}
+    payload = hit.payload
+    if not isinstance(payload, dict) or payload.get("kind") != "response":
+        raise ValueError("not a TriCache query-engine payload")
+    sources = [
+        NodeWithScore(
+            node=TextNode(id_=s["id"], text=s["text"], metadata=s["metadata"]), score=s["score"]
+        )
+        for s in payload["sources"]
+    ]
+    metadata = payload["metadata"]
+    if not isinstance(metadata, dict):
+        raise ValueError("query-engine metadata is not a mapping")
+    return sources, metadata
+
+
+def _scope_of(scope: str, query_bundle: QueryBundle) -> str:
+    """The entries' scope, with whatever the query bundle adds to the query string (custom
+    embedding strings, an image, a given embedding)."""
+    extra = [query_bundle.custom_embedding_strs, query_bundle.image_path, query_bundle.embedding]
+    return scope if not any(extra) else json.dumps([scope, extra], default=str)
 
 
 def _index_id(engine: Any) -> str | None:
