@@ -41,6 +41,7 @@ from .lexicon import (
     ZH_NOT_NUMBERS,
     ZH_UNITS,
 )
+from .normalize import Form, form
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -70,6 +71,7 @@ class Analysis:
     numbers: tuple[str, ...]  # sorted multiset of canonical numbers
     entities: frozenset[str]  # names, product variants, codes
     wh: frozenset[str]  # when/where/who/why and their Chinese forms
+    form: Form  # literal tokens and the case of prose words (normalize.form)
 
 
 @lru_cache(maxsize=20_000)
@@ -86,6 +88,7 @@ def analyze(question: str) -> Analysis:
         numbers=_numbers(folded, words),
         entities=entities.latin_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
+        form=form(question),
     )
 
 
@@ -423,7 +426,28 @@ def _unmatched(a: Analysis, b: Analysis) -> set[str]:
     }
 
 
+def literal(a: Analysis, b: Analysis) -> str | None:
+    """ "`ls -R`" vs "`ls -r`", "\\W" vs "\\w", "10³" vs "103", an emoji with or without its
+    joiners: code, flags, math and symbols are never paraphrased, so they must be identical."""
+    return "literal" if a.form.literals != b.form.literals else None
+
+
+def case(a: Analysis, b: Analysis) -> str | None:
+    """ "Please Polish this" vs "Please polish this": when both questions were typed with
+    case, a word inside a sentence whose case differs is another word.  A question typed all
+    in lower case (or capitals) tells no case, and is compared without it."""
+    if not (a.form.has_case and b.form.has_case):
+        return None
+    forms_b = dict(b.form.cased)
+    for folded, word in a.form.cased:
+        if forms_b.get(folded, word) != word:
+            return "case"
+    return None
+
+
 DEFAULT_GUARDS: tuple[Guard, ...] = (
+    literal,
+    case,
     negation,
     antonym,
     number,

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 
-__all__ = ["normalize", "replace_timestamps", "replace_volatile"]
+__all__ = ["Form", "form", "normalize", "replace_timestamps", "replace_volatile"]
 
 # Full-width ASCII (！ … ～) and the ideographic space → ASCII; other spacing characters → " ";
 # invisible characters that never carry meaning → removed.  Joiners (ZWJ, ZWNJ) are kept: they
@@ -143,3 +144,42 @@ def _prose_words(
 def _is_i(word: str) -> bool:
     """The English pronoun "I" (and I'm, I've, I'll, I'd): capitalized by grammar."""
     return word == "I" or (word[:2] in ("I'", "I’") and word[2:] in ("m", "ve", "ll", "d"))
+
+
+# Ordinary sentence punctuation: any other symbol makes a token literal (code, math, emoji).
+_PLAIN = frozenset(".,;:!?'\"()-–—’“”…。，？！、；：（）《》「」")
+_FLAG = re.compile(r"--?\w")  # a command-line flag: -R, --force
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """What normalization keeps of a question's form, for the semantic guards: the literal
+    tokens (symbols, code, flags, emoji, non-decimal digits — never paraphrased) and, when the
+    text was typed with case, each prose word's case."""
+
+    literals: tuple[str, ...]  # sorted
+    cased: frozenset[tuple[str, str]]  # (casefolded word, its normalized form)
+    has_case: bool  # typed in mixed case (an all-lower or all-capital text tells no case)
+
+
+def form(text: str) -> Form:
+    """The form features of ``text`` (see :class:`Form`).  A word whose capital grammar
+    decides (a sentence's first word, "I") tells nothing of its case and is left out."""
+    literals = []
+    cased = set()
+    start = True
+    for token in normalize(text).split():
+        if _FLAG.match(token) or any(
+            not (c.isalnum() or c in _PLAIN) or (c.isdigit() and not c.isdecimal()) for c in token
+        ):
+            literals.append(token.rstrip("?.？。"))
+    for line in text.split("\n"):
+        start = True
+        for token in line.split():
+            match = _WORD.fullmatch(token)
+            if match is not None and not start and not _is_i(match.group(1)):
+                cased.add((match.group(1).casefold(), match.group(1)))
+            start = bool(_SENTENCE_END.search(token)) or token[-1:] in ":："
+    letters = [c for c in text if c.isalpha() and c.lower() != c.upper()]
+    has_case = any(c.isupper() for c in letters) and any(c.islower() for c in letters)
+    return Form(tuple(sorted(literals)), frozenset(cased), has_case)

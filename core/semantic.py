@@ -160,8 +160,10 @@ class SemanticTier:
         assert located is not None
         threshold = self.threshold_for(request.category)
         query = _embeddable(located.question)
-        vector = self.embedder.embed([query])[0]
+        vector = self.embedder.embed([_caseless(query) or query])[0]
+        # a question typed without case is searched among the lowered twins (see ``add``)
         scope = {"scope": self._scope(request, located)["scope"]}
+        scope["caseless" if _caseless(query) else "typed"] = "1"
         candidates = self.index.search(vector, scope, self.top_k, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(query, candidates, decision)
@@ -237,7 +239,13 @@ class SemanticTier:
             return None
         assert located is not None
         question = _embeddable(located.question)
-        vector = self.embedder.embed([question])[0]
+        lowered = question.lower()
+        cased = lowered != question
+        # The packaged embedders are case-sensitive ("Eiffel Tower" / "eiffel tower" fall under
+        # the threshold), and lowering every question was measured to raise look-alike false
+        # hits.  So a question typed with case gets a lowered twin, searched only by questions
+        # typed without case; questions typed with case search the vectors as typed.
+        vectors = self.embedder.embed([question, lowered] if cased else [question])
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request, located),
@@ -251,7 +259,12 @@ class SemanticTier:
             "verified": False,
             "ref": ref,
         }
-        self.index.upsert(point_id, vector, payload)
+        self.index.upsert(
+            point_id, vectors[0], {**payload, "typed": "1", "caseless": "0" if cased else "1"}
+        )
+        if cased:
+            twin = {**payload, "typed": "0", "caseless": "1"}
+            self.index.upsert(point_id_for(ref + "#lower"), vectors[1], twin)
         self.metrics.incr(TIER, "writes")
         return point_id
 
@@ -274,7 +287,15 @@ def _embeddable(text: str) -> str:
     cannot be encoded for a model, are replaced.  The guards see the question as typed."""
     if text.isupper():
         text = text.lower()
+    if text[-1:].isascii() and text[-1:].isalnum():
+        text += "?"  # "…Tower" scores 0.91 against "…Tower?": both are the same question
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _caseless(question: str) -> str:
+    """The question lowered when it was typed without case (all lower, or all capitals:
+    ``_embeddable`` lowers those), else ""."""
+    return question if question == question.lower() else ""
 
 
 def _hash(text: str) -> str:

@@ -11,6 +11,13 @@ from tricache.guards import analyze, check, is_cacheable, use_entity_recognizer
 
 REFUSED = [
     # (cached question, new question, the guard that must refuse)
+    ("What does `ls -R` do?", "What does `ls -r` do?", "literal"),
+    ("What does ls -R do?", "What does ls -r do?", "literal"),
+    ("What does \\W match in a regex?", "What does \\w match in a regex?", "literal"),
+    ("What is 10³?", "What is 103?", "literal"),
+    ("What does 👨\u200d👩\u200d👧 mean?", "What does 👨👩👧 mean?", "literal"),
+    ("Please Polish the following sentence.", "Please polish the following sentence.", "case"),
+    ("Is Turkey in Europe?", "Is turkey in Europe?", "case"),
     ("Is it safe to mix these?", "Is it not safe to mix these?", "negation"),
     ("Why can't I log in?", "Why can I log in?", "negation"),
     ("你们推荐年付套餐吗？", "你们不推荐年付套餐吗？", "negation"),
@@ -45,6 +52,10 @@ REFUSED = [
 ]  # fmt: skip
 
 PASSED = [
+    # case tells nothing in a question typed all in lower case; a sentence start is positional
+    ("Who designed the Eiffel Tower?", "who designed the eiffel tower"),
+    ("Paris is it expensive?", "Is it expensive in Paris?"),
+    ("How do I use `git rebase`?", "How can I use `git rebase`?"),
     ("How do I reset my password?", "How can I reset my password?"),
     ("How do I reset my password?", "how do i reset my password"),
     ("How can I lose weight fast?", "What is the fastest way to lose weight?"),
