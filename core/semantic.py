@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .audit import AuditLog
 from .embed import Embedder
 from .entry import CacheEntry
@@ -160,11 +162,12 @@ class SemanticTier:
         assert located is not None
         threshold = self.threshold_for(request.category)
         query = _embeddable(located.question)
-        vector = self.embedder.embed([_caseless(query) or query])[0]
-        # a question typed without case is searched among the lowered twins (see ``add``)
+        vector = self.embedder.embed([query])[0]
         scope = {"scope": self._scope(request, located)["scope"]}
-        scope["caseless" if _caseless(query) else "typed"] = "1"
-        candidates = self.index.search(vector, scope, self.top_k, threshold)
+        if _caseless(query):
+            candidates = self._caseless_candidates(vector, scope, threshold)
+        else:
+            candidates = self.index.search(vector, scope, self.top_k, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(query, candidates, decision)
         for candidate in candidates:
@@ -186,6 +189,26 @@ class SemanticTier:
             return SemanticHit(entry, candidate.id, candidate.score, question)
         self.metrics.incr(TIER, "misses")
         return None
+
+    def _caseless_candidates(
+        self, vector: np.ndarray, scope: dict[str, str], threshold: float
+    ) -> list[Candidate]:
+        """Candidates for a question typed without case ("who designed the eiffel tower").
+        The packaged embedders are case-sensitive: "Eiffel Tower" and "eiffel tower" can fall
+        under the threshold, and lowering every question was measured to raise look-alike false
+        hits.  So such a question searches with a wider margin, and each candidate typed with
+        case is scored again on its lowered text; the threshold then decides as usual."""
+        near = self.index.search(vector, scope, self.top_k, max(0.0, threshold - _CASE_MARGIN))
+        cased = [
+            c
+            for c in near
+            if str(c.payload.get("question", "")).lower() != c.payload.get("question")
+        ]
+        if cased:
+            lowered = [str(c.payload["question"]).lower() for c in cased]
+            for candidate, other in zip(cased, self.embedder.embed(lowered), strict=True):
+                candidate.score = float(np.dot(vector, other))
+        return sorted((c for c in near if c.score >= threshold), key=lambda c: -c.score)
 
     def _skip_reason(self, located: Located | None) -> str | None:
         if located is None:
@@ -239,13 +262,7 @@ class SemanticTier:
             return None
         assert located is not None
         question = _embeddable(located.question)
-        lowered = question.lower()
-        cased = lowered != question
-        # The packaged embedders are case-sensitive ("Eiffel Tower" / "eiffel tower" fall under
-        # the threshold), and lowering every question was measured to raise look-alike false
-        # hits.  So a question typed with case gets a lowered twin, searched only by questions
-        # typed without case; questions typed with case search the vectors as typed.
-        vectors = self.embedder.embed([question, lowered] if cased else [question])
+        vector = self.embedder.embed([question])[0]
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request, located),
@@ -259,12 +276,7 @@ class SemanticTier:
             "verified": False,
             "ref": ref,
         }
-        self.index.upsert(
-            point_id, vectors[0], {**payload, "typed": "1", "caseless": "0" if cased else "1"}
-        )
-        if cased:
-            twin = {**payload, "typed": "0", "caseless": "1"}
-            self.index.upsert(point_id_for(ref + "#lower"), vectors[1], twin)
+        self.index.upsert(point_id, vector, payload)
         self.metrics.incr(TIER, "writes")
         return point_id
 
@@ -292,10 +304,13 @@ def _embeddable(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _caseless(question: str) -> str:
-    """The question lowered when it was typed without case (all lower, or all capitals:
-    ``_embeddable`` lowers those), else ""."""
-    return question if question == question.lower() else ""
+def _caseless(question: str) -> bool:
+    """True for a question typed without case (all lower, or all capitals: ``_embeddable``
+    lowers those) that has letters with case at all."""
+    return question == question.lower() and question != question.upper()
+
+
+_CASE_MARGIN = 0.1
 
 
 def _hash(text: str) -> str:
