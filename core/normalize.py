@@ -147,7 +147,7 @@ def _is_i(word: str) -> bool:
 
 
 # Ordinary sentence punctuation: any other symbol makes a token literal (code, math, emoji).
-_PLAIN = frozenset(".,;:!?'\"()-–—’“”…。，？！、；：（）《》「」")
+_PLAIN = frozenset(".,;:!?'\"()-–—’“”…。，？！、；：（）《》「」·•‧%")
 _FLAG = re.compile(r"--?\w")  # a command-line flag: -R, --force
 
 
