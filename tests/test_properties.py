@@ -30,9 +30,13 @@ def test_lookup_never_raises_and_only_hits_what_was_stored(
     stored = {normalize(s) for s in STORED}
     if hit is None:
         assert tenant == "b" or normalize(prompt) not in stored
-    else:
+    elif hit.tier == "exact":
         assert tenant == "a" and normalize(prompt) in stored
         assert hit.text == f"answer {normalize(prompt)}"
+    else:  # a semantic hit: only the stored question it matched, which differs in form only
+        assert tenant == "a" and hit.matched_question is not None
+        assert hit.text == f"answer {normalize(hit.matched_question)}"
+        assert normalize(prompt).rstrip("!?") == normalize(hit.matched_question).rstrip("!?")
 
 
 _caches: dict[Path, Cache] = {}
