@@ -34,17 +34,21 @@ _FOLD: dict[int, int | None] = {i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}
 _FOLD.update(dict.fromkeys([0x3000, 0x00A0, 0x1680, 0x202F, 0x205F, *range(0x2000, 0x200B)], 32))
 _FOLD.update(dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None))
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CJK = r"\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_SPACE_BETWEEN_CJK = re.compile(rf"(?<=[{_CJK}]) +(?=[{_CJK}])")
+# Spaces between Chinese characters are form; in Japanese and Korean they separate words.
+_HAN = r"\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_SPACE_BETWEEN_HAN = re.compile(rf"(?<=[{_HAN}]) (?=[{_HAN}])")
 
-# Verbatim spans inside a line: inline code, double-quoted strings, single-quoted strings that
-# open after a space (so "don't" is a word, not a quote).
-_VERBATIM = re.compile(r"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?:(?<=\s)|^)'[^']*'(?=\W|$)")
+# A line cut into verbatim spans (inline code, double-quoted strings, single-quoted strings that
+# do not open inside a word, so "don't" is a word), runs of spaces, and tokens.
+_PIECES = re.compile(
+    r"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?<!\w)'[^']*'(?!\w)| +|[^ `\"“']+(?:'[^ `\"“']+)*|."
+)
 # A prose word: letters (with inner apostrophes or hyphens), or a plain number; then ordinary
 # sentence punctuation.  Anything else in a line is kept as typed.
 _WORD = re.compile(r"[(¿¡]?([^\W\d_]+(?:['’-][^\W\d_]+)*|\d+(?:[.,]\d+)*)[.,;:!?)]*")
-_SENTENCE_END = re.compile(r"[.!?。！？]\)?$")
-_FINAL = re.compile(r"(?<=\S)\s*(?:[?？]+|(?<!\.)[.。])$")
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
+# A final "?" (or a run of them) or "." attached to a word: "rm -rf ." keeps its dot.
+_FINAL = re.compile(r"(?<=[^\W_]|[)\"'”`])(?:[?？]+|(?<!\.)[.。])$")
 
 _TIMESTAMP = re.compile(
     r"(?:\b\d{4}[-/]\d{1,2}[-/]\d{1,2}[tT ]|\b)"  # optional date part
@@ -81,6 +85,8 @@ def normalize(text: str, *, volatile: bool = False) -> str:
     if volatile:
         text = replace_volatile(text)
     stripped = text.strip()
+    if "\n" in stripped:  # blank lines go, the first line's indentation stays (code)
+        stripped = _LEADING_BLANK_LINES.sub("", text.rstrip())
     if not stripped:
         return text
     one_case = _one_case(stripped)
@@ -89,7 +95,7 @@ def normalize(text: str, *, volatile: bool = False) -> str:
     for line in stripped.split("\n"):
         fence = line.lstrip().startswith("```")
         in_fence ^= fence
-        if fence or in_fence or line[:1] in (" ", "\t"):  # code: every space and case counts
+        if fence or in_fence or line[:1] in (" ", "\t") or "\t" in line:  # code or data
             lines.append(line.rstrip())
         else:  # a line of prose; a line break starts a sentence
             lines.append(_prose_line(line, one_case))
@@ -106,44 +112,43 @@ def _one_case(text: str) -> bool:
 
 
 def _prose_line(line: str, one_case: bool) -> str:
-    """Re-space a line and fold the case of its prose words; verbatim spans stay as typed."""
+    """Fold the case of a line's prose words; re-space between prose words only: spaces
+    next to code, a quoted string or a symbol stay as typed."""
+    pieces = _PIECES.findall(line.strip())
     out: list[str] = []
-    pos = 0
     start = True
-    for match in _VERBATIM.finditer(line):
-        words, start = _prose_words(line[pos : match.start()], one_case, start, not out)
-        out.extend(words)
-        out.append(match.group())
-        start = False
-        pos = match.end()
-    words, start = _prose_words(line[pos:], one_case, start, not out)
-    out.extend(words)
-    joined = " ".join(out)
+    for i, piece in enumerate(pieces):
+        if piece[0] == " ":
+            prose_around = _is_prose(pieces[i - 1]) and _is_prose(pieces[i + 1])
+            out.append(" " if prose_around else piece)
+            continue
+        match = _WORD.fullmatch(piece)
+        if match is not None:
+            word = match.group(1)
+            if one_case or (start and word[:1].isupper() and word[1:] == word[1:].lower()):
+                piece = piece.lower()
+        # a sentence starts after its end mark, and after a label ("Question: How …")
+        start = _ends_sentence(piece) or (i == 0 and piece[-1:] in ":：")
+        out.append(piece)
+    joined = "".join(out)
     if not joined.isascii():
-        joined = _SPACE_BETWEEN_CJK.sub("", joined)
+        joined = _SPACE_BETWEEN_HAN.sub("", joined)
     return joined
 
 
-def _prose_words(
-    chunk: str, one_case: bool, start: bool, label: bool = False
-) -> tuple[list[str], bool]:
-    words = []
-    for token in chunk.split():
-        match = _WORD.fullmatch(token)
-        if match is not None:
-            word = match.group(1)
-            if one_case or (start and word[:1].isupper() and word[1:].islower()) or _is_i(word):
-                token = token.lower()
-        # a sentence starts after its end mark, and after a label ("Question: How …")
-        start = bool(_SENTENCE_END.search(token)) or (label and token[-1:] in ":：")
-        label = False
-        words.append(token)
-    return words, start
+def _is_prose(piece: str) -> bool:
+    return _WORD.fullmatch(piece) is not None
 
 
-def _is_i(word: str) -> bool:
-    """The English pronoun "I" (and I'm, I've, I'll, I'd): capitalized by grammar."""
-    return word == "I" or (word[:2] in ("I'", "I’") and word[2:] in ("m", "ve", "ll", "d"))
+def _ends_sentence(token: str) -> bool:
+    """True after "…word." / "?" / "!": not after an abbreviation ("U.S.", "Mr.", "Dr.")."""
+    if token[-1:] in "!?！？。":
+        return True
+    core = token.rstrip(")")
+    if not core.endswith("."):
+        return False
+    core = core.rstrip(".")
+    return "." not in core and len(core) >= 2 and not (core[:1].isupper() and len(core) <= 3)
 
 
 # Ordinary sentence punctuation: any other symbol makes a token literal (code, math, emoji).
@@ -177,9 +182,9 @@ def form(text: str) -> Form:
         start = True
         for token in line.split():
             match = _WORD.fullmatch(token)
-            if match is not None and not start and not _is_i(match.group(1)):
+            if match is not None and not start:
                 cased.add((match.group(1).casefold(), match.group(1)))
-            start = bool(_SENTENCE_END.search(token)) or token[-1:] in ":："
+            start = _ends_sentence(token) or token[-1:] in ":："
     letters = [c for c in text if c.isalpha() and c.lower() != c.upper()]
     has_case = any(c.isupper() for c in letters) and any(c.islower() for c in letters)
     return Form(tuple(sorted(literals)), frozenset(cased), has_case)

@@ -21,10 +21,14 @@ def key(query: str, **kw: object) -> str:
     [
         [
             "How do I reset my password?",
-            "how do i  reset my password",
-            "ＨＯＷ ＤＯ Ｉ ＲＥＳＥＴ ＭＹ ＰＡＳＳＷＯＲＤ？",
+            "how do I  reset my password",
             "  How do I reset my password??  ",
-            "How do I\u200b reset my password\t?",
+            "How do I\u200b reset my password?",
+        ],
+        [
+            "HOW DO I RESET MY PASSWORD?",
+            "ＨＯＷ ＤＯ Ｉ ＲＥＳＥＴ ＭＹ ＰＡＳＳＷＯＲＤ？",
+            "how do i reset my password",
         ],
         ["怎么重置密码？", "怎么重置密码", "怎么 重置 密码。", "怎么重置密码?"],
         ["Ｉ ｌｉｋｅ ｃａｆé", "i like cafe\u0301"],  # full-width and NFD accents
@@ -60,6 +64,15 @@ def test_form_differences_share_a_key(forms: list[str]) -> None:
         ("match \\W in a regex", "match \\w in a regex"),
         ("Is this Polish?", "Is this polish?"),
         ("Is US a country?", "Is us a country?"),
+        ("What is I squared?", "What is i squared?"),
+        ("Explain the U.S. Turkey relationship", "Explain the U.S. turkey relationship"),
+        ("아버지가 방에 들어가신다", "아버지 가방에 들어가신다"),  # spaces separate Korean words
+        ("ここで はきものを ぬぐ", "ここでは きものを ぬぐ"),
+        ("Is it safe to run: rm -rf .", "Is it safe to run: rm -rf"),
+        ("What does s.replace('  ', ' ') do", "What does s.replace(' ', ' ') do"),
+        ('What does echo "a"b print', 'What does echo "a" b print'),
+        ("How many fields: a\tb c", "How many fields: a b\tc"),
+        ("  if x:\n    pass", "if x:\n    pass"),
         ("Maße", "Masse"),
         ("What is 5!", "What is 5?"),
         ("Continue:", "Continue"),
