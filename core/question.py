@@ -11,10 +11,11 @@ question alone.
 Where the question is, in order:
 
 1. a message of one line (or one paragraph without line labels) is the question;
-2. otherwise, the segment under a label that names the question ("Question:", "Q:", "Query:",
-   "问题：" …, inline or on the line before);
-3. otherwise, the last line of the message (where a chat question goes after the context it
-   refers to).
+2. otherwise, the one segment under a label that names the question ("Question:", "Q:",
+   "Query:", "问题：", "<question>…</question>" …, inline or on the line before); with several
+   such segments (a transcript, a context holding its own Q&A) which one is asked is unclear;
+3. otherwise, the last line, when it ends with a question mark and carries no label or tag
+   (a chat question asked after the context it refers to).
 
 A question longer than ``max_chars``, or in code, is not located: the message is served to
 itself only (the exact tier).
@@ -45,6 +46,8 @@ _LABEL = re.compile(rf"^\s*[*_]*({_NAME})[*_]*\s*[:：][*_]*\s*")
 _HEADER = re.compile(
     rf"^\s*(?:#+\s*({_NAME})\s*[:：]?|<({_NAME})>|\[({_NAME})\]|[*_]*({_NAME})[*_]*\s*[:：][*_]*)\s*$"
 )
+# "<question>…</question>" on one line
+_TAGGED = re.compile(rf"^\s*<({_NAME})>(.*?)</\1>\s*$")
 # A question label inside a line ("… context. Question: …"): the line is not one question.
 _INLINE = re.compile(r"(?<=\S)\s+(?:question|query|q)\s*[:：]|\S\s*问题[:：]", re.IGNORECASE)
 _PLACEHOLDER = "\ue000"  # where the question was, in the frame
@@ -73,7 +76,10 @@ def _find(message: str, max_chars: int) -> Located | None:
         if not 0 < len(stripped) <= max_chars or _INLINE.search(stripped):
             return None
         return Located(stripped, "")
-    span = _labelled(stripped) or _last_line(stripped)
+    spans = _labelled(stripped)
+    if len(spans) > 1:  # several questions (a transcript, a context with its own Q&A): unclear
+        return None
+    span = spans[0] if spans else _last_line(stripped)
     if span is None:
         return None
     start, end = span
@@ -85,31 +91,36 @@ def _find(message: str, max_chars: int) -> Located | None:
     return Located(question, digest)
 
 
-def _labelled(text: str) -> tuple[int, int] | None:
-    """The span of the last segment under a question label (earlier ones, like a transcript's
-    earlier "User:" lines, stay in the frame); ``None`` when there is none."""
+def _labelled(text: str) -> list[tuple[int, int]]:
+    """The spans of the segments under a question label: "Question: …", a "### Question"
+    header line and the line after it, "<question>…</question>"."""
     spans = []
     pos = 0
     after_header = False
     for line in text.split("\n"):
         end = pos + len(line)
         label = _LABEL.match(line)
+        tag = _TAGGED.match(line)
         if label is not None and _names_question(label.group(1)) and line[label.end() :].strip():
             spans.append((pos + label.end(), end))  # "Question: <the question>"
+        elif tag is not None and _names_question(tag.group(1)):
+            spans.append((pos + tag.start(2), pos + tag.end(2)))
         elif after_header and line.strip():
             spans.append((pos, end))
         after_header = _names_question(_header(line))
         pos = end + 1
-    return spans[-1] if spans else None
+    return spans
 
 
 def _last_line(text: str) -> tuple[int, int] | None:
-    """The span of the last line, unless it is indented (code) or a bare label."""
+    """The span of the last line when it reads as the question asked after a context: it ends
+    with a question mark and carries no label or tag (a "Context: …" or "<doc>…" line is not
+    a question); indented lines are code."""
     start = text.rfind("\n") + 1
-    line = text[start:]
-    if line[:1] in (" ", "\t") or _header(line) or _INLINE.search(line):
+    line = text[start:].rstrip()
+    if line[:1] in (" ", "\t", "<", "[", "#") or _LABEL.match(line) or _INLINE.search(line):
         return None
-    return start, len(text)
+    return (start, len(text)) if line[-1:] in ("?", "？") else None
 
 
 def _header(line: str) -> str:

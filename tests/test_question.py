@@ -80,6 +80,23 @@ def test_paraphrases_and_rewrites_over_one_context_are_served(cache: Cache, layo
     q = "How do I reset my password?"
     ctx = "Passwords are reset from the account page, under Security, with the Reset button."
     cache.update(cache.request(layout.format(q=q, c=ctx)), "From the account page.")
-    for asked in ("how do i reset my password", "How can I reset my password?"):
+    for asked in ("how do i reset my password?", "How can I reset my password?"):
         hit = cache.lookup(cache.request(layout.format(q=asked, c=ctx)))
         assert hit is not None and hit.text == "From the account page.", (layout, asked)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "{q}\nContext: {c}",  # the question first, the context last and labelled
+        "<question>{q}</question>\n<context>{c}</context>",
+        "Use the documents below to answer: {q}\n\nDocument 1: {c}",
+        "Question: {q}\n\nContext:\nOur clinic FAQ.\nQuestion: Is it safe? Answer: {c}",
+    ],
+)
+def test_a_context_line_is_never_taken_for_the_question(cache: Cache, layout: str) -> None:
+    q = "When should I take the medication?"
+    first = "The medication should be taken with meals to avoid stomach problems."
+    cache.update(cache.request(layout.format(q=q, c=first)), "with meals")
+    changed = first.replace("with meals", "between meals")
+    assert cache.lookup(cache.request(layout.format(q=q, c=changed))) is None
