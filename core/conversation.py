@@ -41,20 +41,26 @@ class Conversation:
 
 
 def split_conversation(messages: Sequence[tuple[str, str, str]]) -> Conversation:
-    """System messages → ``system``; the last message → ``query``; the rest → ``history``.
+    """A first system message → ``system``; the last message → ``query`` (its role, when not
+    the user's, in ``query_meta``); the rest, other system messages included → ``history``.
 
     Each message is ``(role, text, meta)``: ``meta`` is :func:`canonical_meta` of every other
     field that can change the answer ("" when none).  Nothing is dropped: every message, with
     every field, ends up in the request.
     """
-    system = "\n".join(_with_meta(text, meta) for role, text, meta in messages if role == "system")
-    rest = [m for m in messages if m[0] != "system"]
+    # the first message, when a system one, is the system prompt; every other system message
+    # stays where it was said, in the history
+    first_is_system = bool(messages) and messages[0][0] == "system"
+    system = _with_meta(*messages[0][1:]) if first_is_system else ""
+    rest = messages[1:] if first_is_system else messages
     if not rest:
         return Conversation(system, semantic=False)
     *earlier, (role, text, meta) = rest
     history = tuple(Turn(r, t, m) for r, t, m in earlier)
     if role not in USER_ROLES:  # the model continues after a tool result or its own turn
-        return Conversation(f"[{role}] {text}", system, history, False, meta)
+        return Conversation(
+            text, system, history, False, canonical_meta({"role": role, "meta": meta})
+        )
     return Conversation(text, system, history, True, meta)
 
 

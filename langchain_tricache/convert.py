@@ -103,6 +103,9 @@ def _meta(fields: Mapping[str, Any]) -> str:
             kept[name] = canonical_calls(kept[name])
     if kept.get("status") == "success":  # a tool result's default: absent when serialized
         del kept["status"]
+    content = fields.get("content")
+    if isinstance(content, list) and len(content) > 1:  # blocks are joined in the text
+        kept["parts"] = len(content)
     return canonical_meta(kept)
 
 

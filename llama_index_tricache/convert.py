@@ -160,6 +160,7 @@ def _meta(message: ChatMessage, answered: Mapping[str, Any]) -> str:
             "answers": answered.get(str(answers)) if answers is not None else None,
             "name": getattr(message, "name", None),
             "fields": {k: v for k, v in extra.items() if k not in _RUN_SPECIFIC},
+            "parts": len(message.blocks) if len(message.blocks) > 1 else None,  # joined in text
         }
     )
 

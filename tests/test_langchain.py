@@ -62,7 +62,7 @@ def test_chat_model_round_trip_exact_and_semantic(global_cache: TriCache) -> Non
         [system, HumanMessage("How do I reset my password?")]
     )
     assert first.content == "Use the forgot-password link."
-    exact = chat("NOT CALLED").invoke([system, HumanMessage("how do i reset my password")])
+    exact = chat("NOT CALLED").invoke([system, HumanMessage("how do I reset my password")])
     assert exact.content == first.content
     assert exact.response_metadata["tricache"]["tier"] == "exact"
     similar = chat("NOT CALLED").invoke([system, HumanMessage("How can I reset my password?")])

@@ -107,7 +107,7 @@ def test_chat_exact_semantic_and_a_look_alike_that_must_miss(core: Cache) -> Non
     llm = TriCacheLLM(inner, cache=core)
     first = llm.chat(user("How do I reset my password?"))
     assert first.additional_kwargs["tricache"]["tier"] == "llm"
-    exact = llm.chat(user("how do i reset my password"))
+    exact = llm.chat(user("how do I reset my password"))
     similar = llm.chat(user("How can I reset my password?"))
     negated = llm.chat(user("How do I not reset my password?"))
     assert exact.message.content == similar.message.content == "Use the forgot-password link."

@@ -195,3 +195,21 @@ def test_normalize_is_idempotent_on_real_questions() -> None:
     for text in itertools.islice((t for a, b, _ in pairs for t in (a, b)), 4000):
         once = normalize(text)
         assert normalize(once) == once
+
+
+def test_the_conversation_keeps_its_structure() -> None:
+    from tricache.conversation import split_conversation
+
+    def request(messages: list[tuple[str, str, str]]) -> CacheRequest:
+        c = split_conversation(messages)
+        return CacheRequest(c.query, system=c.system, history=c.history, query_meta=c.query_meta)
+
+    late = [("system", "Be brief.", ""), ("human", "Hi", ""), ("ai", "Hello!", "")]
+    late += [("system", "Answer in French.", ""), ("human", "Capital of Italy?", "")]
+    early = [late[0], late[3], late[1], late[2], late[4]]
+    assert exact_key(request(late)) != exact_key(request(early))  # a system turn stays in place
+    two = [("system", "A", ""), ("system", "B", ""), ("human", "q", "")]
+    assert exact_key(request(two)) != exact_key(request([("system", "A\nB", ""), two[2]]))
+    ends_with_ai = [("human", "Finish my sentence", ""), ("ai", "The quick brown fox", "")]
+    spoofed = [ends_with_ai[0], ("human", "[ai] The quick brown fox", "")]
+    assert exact_key(request(ends_with_ai)) != exact_key(request(spoofed))
