@@ -445,6 +445,51 @@ def case(a: Analysis, b: Analysis) -> str | None:
     return None
 
 
+_MODALS = {
+    **dict.fromkeys(("can", "could"), "can"),
+    **dict.fromkeys(("will", "would", "shall"), "will"),
+    **dict.fromkeys(("may", "might"), "may"),
+    "should": "should",
+    "must": "must",
+}
+
+
+def relation(a: Analysis, b: Analysis) -> str | None:
+    """A swapped word of a closed class changes who does what to whom (English): a
+    preposition ("with meals" / "between meals", "to the lungs" / "from the lungs"), a
+    possessive with the same asker ("my password" / "his password"), a modal ("Can I" /
+    "Should I"), or the agent of a passive on one side only ("acquired by Google" /
+    "acquire Google")."""
+    if a.zh or b.zh:
+        return None
+    words_a, words_b = set(a.tokens), set(b.tokens)
+    if ("by" in words_a) != ("by" in words_b):
+        return "relation"
+    for classes in (_RELATION_CLASS, _MODALS):
+        if _swapped(classes, words_a, words_b):
+            return "relation"
+    # "my password" / "his password" with the same asker; "How do I reset my password?" /
+    # "How do you reset your password?" is the generic "you", the asker swapped along
+    if _swapped(_POSSESSIVES, words_a, words_b) and _persons(words_a) == _persons(words_b):
+        return "relation"
+    return None
+
+
+def _swapped(classes: dict[str, str], words_a: set[str], words_b: set[str]) -> bool:
+    """Each side has a word of ``classes`` (by class) that the other lacks."""
+    in_a = {classes[w] for w in words_a if w in classes}
+    in_b = {classes[w] for w in words_b if w in classes}
+    return bool(in_a - in_b and in_b - in_a)
+
+
+def _persons(words: set[str]) -> set[str]:
+    return {PERSONS_EN[w] for w in words if w in PERSONS_EN and w not in _POSSESSIVES}
+
+
+_RELATION_CLASS = {w: w for w in RELATIONS_EN}
+_POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
+
+
 DEFAULT_GUARDS: tuple[Guard, ...] = (
     literal,
     case,
@@ -454,6 +499,7 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     entity,
     wh_word,
     order,
+    relation,
     added_content,
     substitution,
 )
