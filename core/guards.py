@@ -304,10 +304,10 @@ def wh_word(a: Analysis, b: Analysis) -> str | None:
 def order(a: Analysis, b: Analysis) -> str | None:
     """ "Is A better than B" vs "Is B better than A", "A比B好" vs "B比A好".
 
-    The content words the two questions share must keep their order, up to moving one block
-    to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question; moving a
-    word into the middle re-attaches it: "the original version … the mild edition" vs "the
-    mild version … the original edition")."""
+    The content words the two questions share must keep their order; in Chinese up to moving
+    one block to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question;
+    moving a word into the middle re-attaches it: "the original version … the mild edition" vs
+    "the mild version … the original edition")."""
     seq_a, seq_b = _order_sequence(a), _order_sequence(b)
     common = Counter(seq_a) & Counter(seq_b)
     if sum(common.values()) < 2:
@@ -324,7 +324,33 @@ def order(a: Analysis, b: Analysis) -> str | None:
         if (token, seen[token]) in positions:
             permutation.append(positions[token, seen[token]])
             seen[token] += 1
-    return None if _rotation(permutation) else "order"
+    # Chinese moves a topic to the front ("密码怎么重置"), and so does an English paraphrase
+    # of three words or more ("lose weight fast" / "fastest way to lose weight"); two shared
+    # words swapped are a relation reversed: "Who defeated Napoleon?" / "Who did Napoleon
+    # defeat?", "What do snakes eat?" / "What eats snakes?"
+    # a passive without its agent turns the object around: "Does it include support?" / "Is
+    # support included?" (with an agent, "by", the relation guard decides)
+    long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
+    if a.zh or b.zh or long_enough or _passive(a) != _passive(b):
+        return None if _rotation(permutation) else "order"
+    return None if permutation == sorted(permutation) else "order"
+
+
+# Question words and quantifiers do not make a paraphrase long enough to move a word in
+_NOT_COUNTED = WH_EN | frozenset("all every each some any no most few many".split())
+
+
+def _passive(a: Analysis) -> bool:
+    """A form of "be" followed by a past participle ("is … included")."""
+    tokens = a.tokens
+    for i, token in enumerate(tokens):
+        if token in _BE and any(t.endswith("ed") or t in _PARTICIPLES for t in tokens[i + 1 :]):
+            return True
+    return False
+
+
+_BE = frozenset("is are was were be been being".split())
+_PARTICIPLES = frozenset("done made given taken seen known shown written built paid sent".split())
 
 
 def _order_sequence(a: Analysis) -> list[str]:
@@ -458,16 +484,23 @@ def relation(a: Analysis, b: Analysis) -> str | None:
     """A swapped word of a closed class changes who does what to whom (English): a
     preposition ("with meals" / "between meals", "to the lungs" / "from the lungs"), a
     possessive with the same asker ("my password" / "his password"), a modal ("Can I" /
-    "Should I"), or the agent of a passive on one side only ("acquired by Google" /
-    "acquire Google")."""
+    "Should I"), a tense ("Was Pluto" / "Is Pluto"), and / or, another person ("he" / "she"),
+    a degree ("a high dose" / "the highest dose"), or the agent of a passive on one side only
+    ("acquired by Google" / "acquire Google")."""
     if a.zh or b.zh:
         return None
     words_a, words_b = set(a.tokens), set(b.tokens)
     if ("by" in words_a) != ("by" in words_b):
         return "relation"
-    for classes in (_RELATION_CLASS, _MODALS):
+    for classes in (_RELATION_CLASS, _MODALS, _TENSES, _CONJUNCTIONS):
         if _swapped(classes, words_a, words_b):
             return "relation"
+    # he / she / they / we: another person is asked about (I / you is the generic "you")
+    persons_a, persons_b = _persons(words_a) - _GENERIC, _persons(words_b) - _GENERIC
+    if persons_a - persons_b and persons_b - persons_a:
+        return "relation"
+    if _degree_differs(a, b) or _degree_differs(b, a):
+        return "relation"
     # "my password" / "his password" with the same asker; "How do I reset my password?" /
     # "How do you reset your password?" is the generic "you", the asker swapped along
     if _swapped(_POSSESSIVES, words_a, words_b) and _persons(words_a) == _persons(words_b):
@@ -482,12 +515,35 @@ def _swapped(classes: dict[str, str], words_a: set[str], words_b: set[str]) -> b
     return bool(in_a - in_b and in_b - in_a)
 
 
+def _degree_differs(a: Analysis, b: Analysis) -> bool:
+    """ "the highest dose" / "a high dose": a superlative or comparative on one side whose
+    plain adjective, after an article, is on the other ("lose weight fast" / "the fastest way
+    to lose weight" is one question)."""
+    plain_b = {w for d, w in zip(b.tokens, b.tokens[1:], strict=False) if d in ("a", "an", "the")}
+    for word in set(a.tokens) - set(b.tokens):
+        for suffix in ("est", "er"):
+            plain = word[: -len(suffix)]
+            if (
+                word.endswith(suffix)
+                and len(plain) >= 3
+                and (plain in plain_b or plain + "e" in plain_b or plain[:-1] in plain_b)
+            ):
+                return True
+    return False
+
+
 def _persons(words: set[str]) -> set[str]:
     return {PERSONS_EN[w] for w in words if w in PERSONS_EN and w not in _POSSESSIVES}
 
 
 _RELATION_CLASS = {w: w for w in RELATIONS_EN}
 _POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
+_GENERIC = frozenset(("1s", "2"))
+_TENSES = {
+    **dict.fromkeys(("is", "are", "am", "do", "does", "has", "have"), "present"),
+    **dict.fromkeys(("was", "were", "did", "had"), "past"),
+}
+_CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
 
 
 DEFAULT_GUARDS: tuple[Guard, ...] = (

@@ -33,9 +33,10 @@ from .normalize import normalize
 __all__ = ["Located", "locate"]
 
 # Labels that name the question slot of a template (compared case-insensitively, without
-# spaces).  A label that names anything else (context, answer …) is not a question.
+# spaces).  A label that names anything else (context, answer, an "Input:" to transform …) is
+# not a question.
 _QUESTION_LABELS = frozenset(
-    "question q query input ask user human userquestion userquery userinput yourquestion "
+    "question q query ask user human userquestion userquery yourquestion "
     "followupquestion followup followupmessage questiontoanswer 问题 提问 用户问题 问 查询 用户"
     .split()
 )  # fmt: skip

@@ -211,8 +211,8 @@ class SemanticTier:
         return sorted((c for c in near if c.score >= threshold), key=lambda c: -c.score)
 
     def _skip_reason(self, located: Located | None) -> str | None:
-        if located is None:
-            return "no_question"  # empty, too long, code, or not isolated in its template
+        if located is None or not _comparable(located.question):
+            return "no_question"  # empty, too long, code, not isolated, or no words at all
         if not self.cacheable(located.question):
             return "uncacheable"
         return None
@@ -302,6 +302,18 @@ def _embeddable(text: str) -> str:
     if text[-1:].isascii() and text[-1:].isalnum():
         text += "?"  # "…Tower" scores 0.91 against "…Tower?": both are the same question
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _comparable(question: str) -> bool:
+    """A question the embedder and the guards can judge: it has a letter or a digit, and no
+    lone surrogate (which would reach them as "?", not as what was typed)."""
+    if not any(c.isalnum() for c in question):
+        return False
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _caseless(question: str) -> bool:

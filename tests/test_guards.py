@@ -21,6 +21,13 @@ REFUSED = [
     ("Should I take the medication with meals?", "Should I take the medication between meals?", "relation"),
     ("Does the heart pump blood to the lungs?", "Does the heart pump blood from the lungs?", "relation"),
     ("Was the company acquired by Google?", "Did the company acquire Google?", "relation"),
+    ("Was Pluto a planet?", "Is Pluto a planet?", "relation"),
+    ("Can I take ibuprofen and aspirin?", "Can I take ibuprofen or aspirin?", "relation"),
+    ("Can he donate blood?", "Can she donate blood?", "relation"),
+    ("What is a high dose of vitamin D?", "What is the highest dose of vitamin D?", "relation"),
+    ("Who defeated Napoleon?", "Who did Napoleon defeat?", "order"),
+    ("What do snakes eat?", "What eats snakes?", "order"),
+    ("Are all squares rectangles?", "Are all rectangles squares?", "order"),
     ("How do I reset my password?", "How do I reset his password?", "relation"),
     ("Can I take ibuprofen while pregnant?", "Should I take ibuprofen while pregnant?", "relation"),
     ("Is it safe to mix these?", "Is it not safe to mix these?", "negation"),
@@ -59,7 +66,7 @@ REFUSED = [
 PASSED = [
     # case tells nothing in a question typed all in lower case; a sentence start is positional
     ("Who designed the Eiffel Tower?", "who designed the eiffel tower"),
-    ("Paris is it expensive?", "Is it expensive in Paris?"),
+    ("Paris hotels, are they expensive?", "are Paris hotels expensive?"),
     ("How do I use `git rebase`?", "How can I use `git rebase`?"),
     ("How do I reset my password?", "How can I reset my password?"),
     ("How do I reset my password?", "how do i reset my password"),
