@@ -31,21 +31,21 @@ __all__ = ["Form", "form", "normalize", "replace_timestamps", "replace_volatile"
 # invisible characters that never carry meaning → removed.  Joiners (ZWJ, ZWNJ) are kept: they
 # build emoji sequences and shape Indic and Persian words.
 _FOLD: dict[int, int | None] = {i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}
-_FOLD.update(dict.fromkeys([0x3000, 0x00A0, 0x1680, 0x202F, 0x205F, *range(0x2000, 0x200B)], 32))
 _FOLD.update(dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None))
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Spaces between Chinese characters are form; in Japanese and Korean they separate words.
 _HAN = r"\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_SPACE_BETWEEN_HAN = re.compile(rf"(?<=[{_HAN}]) (?=[{_HAN}])")
+_HAN_EDGE = re.compile(rf"[{_HAN}]$|^[{_HAN}]")
 
 # A line cut into verbatim spans (inline code, double-quoted strings, single-quoted strings that
 # do not open inside a word, so "don't" is a word), runs of spaces, and tokens.
+_SPACES = " \u00a0\u1680\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
 _PIECES = re.compile(
-    r"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?<!\w)'[^']*'(?!\w)| +|[^ `\"“']+(?:'[^ `\"“']+)*|."
+    rf"`[^`]*`|\"[^\"]*\"|“[^”]*”|(?<!\w)'[^']*'(?!\w)|[{_SPACES}]+"
+    rf"|[^{_SPACES}`\"“']+(?:'[^{_SPACES}`\"“']+)*|."
 )
 # A prose word: letters (with inner apostrophes or hyphens), or a plain number; then ordinary
 # sentence punctuation.  Anything else in a line is kept as typed.
-_WORD = re.compile(r"[(¿¡]?([^\W\d_]+(?:['’-][^\W\d_]+)*|\d+(?:[.,]\d+)*)[.,;:!?)]*")
+_WORD = re.compile(r"[(¿¡]?([^\W\d_]+(?:['’-][^\W\d_]+)*|\d+(?:[.,]\d+)*)[.,;:!?)。，？！、；：]*")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
 # A final "?" (or a run of them) or "." attached to a word: "rm -rf ." keeps its dot.
 _FINAL = re.compile(r"(?<=[^\W_]|[)\"'”`])(?:[?？]+|(?<!\.)[.。])$")
@@ -78,10 +78,8 @@ def normalize(text: str, *, volatile: bool = False) -> str:
     ``volatile=True`` also replaces timestamps, UUIDs and long hex ids: only for text the app
     declares volatile (context it injects per request), never for the user's own words.
     """
-    if not text.isascii():
-        text = unicodedata.normalize("NFC", text).translate(_FOLD)
-    if not text.isprintable():
-        text = _CONTROL.sub(" ", text.replace("\r\n", "\n"))
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
     if volatile:
         text = replace_volatile(text)
     stripped = text.strip()
@@ -92,18 +90,27 @@ def normalize(text: str, *, volatile: bool = False) -> str:
     one_case = _one_case(stripped)
     lines = []
     in_fence = False
+    starts = True  # the next prose line starts a sentence
+    prose_last = False
     for line in stripped.split("\n"):
         fence = line.lstrip().startswith("```")
         in_fence ^= fence
         if fence or in_fence or line[:1] in (" ", "\t") or "\t" in line:  # code or data
             lines.append(line.rstrip())
-        else:  # a line of prose; a line break starts a sentence
-            lines.append(_prose_line(line, one_case))
-    folded = "\n".join(lines)
-    if not in_fence:
-        while (final := _FINAL.sub("", folded)) != folded:  # "ok?." → "ok"
-            folded = final
-    return folded or stripped
+            starts, prose_last = True, False
+        elif not line.strip():
+            lines.append("")
+            starts, prose_last = True, False
+        else:
+            line, starts = _prose_line(line, one_case, starts)
+            lines.append(line)
+            prose_last = True
+    if prose_last:  # "ok?." → "ok"; never on a line of code ("var name: String?")
+        last = lines[-1]
+        while (final := _FINAL.sub("", last)) != last:
+            last = final
+        lines[-1] = last
+    return "\n".join(lines) or stripped
 
 
 def _one_case(text: str) -> bool:
@@ -111,29 +118,43 @@ def _one_case(text: str) -> bool:
     return text.upper() == text and text.lower() != text
 
 
-def _prose_line(line: str, one_case: bool) -> str:
-    """Fold the case of a line's prose words; re-space between prose words only: spaces
-    next to code, a quoted string or a symbol stay as typed."""
-    pieces = _PIECES.findall(line.strip())
+def _prose_line(line: str, one_case: bool, start: bool) -> tuple[str, bool]:
+    """Fold a line's prose words (characters, and case where it tells nothing); re-space
+    between prose words only: spaces next to code, a quoted string or a symbol, and every
+    character of those, stay as typed.  Returns the line and whether a sentence ended it."""
+    pieces = _PIECES.findall(line.strip(_SPACES))
+    folded = [_fold(p) if p[0] not in _SPACES else p for p in pieces]
     out: list[str] = []
-    start = True
     for i, piece in enumerate(pieces):
-        if piece[0] == " ":
-            prose_around = _is_prose(pieces[i - 1]) and _is_prose(pieces[i + 1])
-            out.append(" " if prose_around else piece)
+        if piece[0] in _SPACES:
+            before, after = folded[i - 1], folded[i + 1]
+            if not (_is_prose(before) and _is_prose(after)):
+                out.append(piece)  # beside code or a symbol: as typed
+            elif _HAN_EDGE.search(before) and _HAN_EDGE.match(after):
+                out.append("")  # no spaces between Chinese words
+            else:
+                out.append(" ")
             continue
-        match = _WORD.fullmatch(piece)
-        if match is not None:
-            word = match.group(1)
-            if one_case or (start and word[:1].isupper() and word[1:] == word[1:].lower()):
-                piece = piece.lower()
-        # a sentence starts after its end mark, and after a label ("Question: How …")
-        start = _ends_sentence(piece) or (i == 0 and piece[-1:] in ":：")
-        out.append(piece)
-    joined = "".join(out)
-    if not joined.isascii():
-        joined = _SPACE_BETWEEN_HAN.sub("", joined)
-    return joined
+        match = _WORD.fullmatch(folded[i])
+        if match is None:
+            out.append(piece)  # code, a quoted string, a symbol: every character counts
+            start = False
+            continue
+        word = match.group(1)
+        if one_case or (start and word[:1].isupper() and word[1:] == word[1:].lower()):
+            out.append(folded[i].lower())
+        else:
+            out.append(folded[i])
+        start = _ends_sentence(piece)
+    return "".join(out), start
+
+
+def _fold(token: str) -> str:
+    """A token's characters in their canonical form: NFC, full-width ASCII, invisible
+    characters removed (kept as typed unless the token turns out to be a prose word)."""
+    if token.isascii():
+        return token
+    return unicodedata.normalize("NFC", token).translate(_FOLD)
 
 
 def _is_prose(piece: str) -> bool:
@@ -141,14 +162,15 @@ def _is_prose(piece: str) -> bool:
 
 
 def _ends_sentence(token: str) -> bool:
-    """True after "…word." / "?" / "!": not after an abbreviation ("U.S.", "Mr.", "Dr.")."""
+    """True after "?", "!" or a lower-case word of four letters or more and "." — not after
+    an abbreviation ("U.S.", "Mr.", "vs.", "etc.") or a list number ("10.")."""
     if token[-1:] in "!?！？。":
         return True
     core = token.rstrip(")")
     if not core.endswith("."):
         return False
     core = core.rstrip(".")
-    return "." not in core and len(core) >= 2 and not (core[:1].isupper() and len(core) <= 3)
+    return len(core) >= 4 and core.isalpha() and core.islower()
 
 
 # Ordinary sentence punctuation: any other symbol makes a token literal (code, math, emoji).
