@@ -62,13 +62,25 @@ class Located:
 
 def locate(message: str, max_chars: int = 2000) -> Located | None:
     """The question in ``message`` and its frame, or ``None`` when it cannot be isolated.
-    Memoized for messages up to 16 KB (a lookup and its write-back locate the same one)."""
-    return _locate(message, max_chars) if len(message) <= 16_384 else _find(message, max_chars)
+    Memoized (a lookup and its write-back locate the same message); messages over 512 KB are
+    not located."""
+    if len(message) <= 16_384:
+        return _locate(message, max_chars)
+    return _locate_long(message, max_chars) if len(message) <= _MAX_MESSAGE else None
 
 
 @lru_cache(maxsize=2048)
 def _locate(message: str, max_chars: int) -> Located | None:
     return _find(message, max_chars)
+
+
+@lru_cache(maxsize=16)
+def _locate_long(message: str, max_chars: int) -> Located | None:
+    """Long templated prompts (a RAG prompt with many documents), few at a time."""
+    return _find(message, max_chars)
+
+
+_MAX_MESSAGE = 512 * 1024  # past this, the semantic tier stays out (exact only)
 
 
 def _find(message: str, max_chars: int) -> Located | None:

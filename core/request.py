@@ -162,9 +162,16 @@ def _normalize_short(query: str) -> str:
 
 
 def normalize_query(query: str) -> str:
-    """``normalize`` with a memo for short queries (repeats are what a cache sees most);
-    long prompts are normalized each time so the memo stays small."""
-    return _normalize_short(query) if len(query) <= _MEMO_MAX_CHARS else normalize(query)
+    """``normalize`` with a memo (repeats are what a cache sees most, and a lookup and its
+    write-back key the same prompt): many short queries, a few long prompts."""
+    if len(query) <= _MEMO_MAX_CHARS:
+        return _normalize_short(query)
+    return _normalize_long(query) if len(query) <= 512 * 1024 else normalize(query)
+
+
+@lru_cache(maxsize=16)
+def _normalize_long(query: str) -> str:
+    return normalize(query)
 
 
 def exact_key(request: CacheRequest, *, cache_version: str = "1", volatile: bool = False) -> str:
