@@ -2,18 +2,18 @@
 
 The rule, in general terms (DESIGN.md, "Normalization"):
 
-- **prose** — words of letters, numbers, spaces and ordinary sentence punctuation — is
-  re-spaced, and its case is folded where case carries no information: a text typed in one
-  case (all capitals), a capital that grammar puts at the start of a sentence, the pronoun "I";
-  a capital inside a sentence (Polish / polish, US / us) is kept;
-- everything else is kept **verbatim**: code (inline, fenced, indented lines), quoted strings,
-  identifiers and tokens mixing letters with digits or symbols (``ls -R``, ``\\W``, base64,
-  ``iPhone``), math;
-- character forms: canonical composition (NFC), full-width ASCII and the spacing characters
-  become their plain forms; nothing else is folded (superscripts, ß, ligatures, joiners stay);
-  zero-width spaces, soft hyphens and byte-order marks are removed, control characters are
-  spaces;
-- only a final "?" (or a run of them) or a single final "." — and their CJK forms — is dropped;
+- **prose** — words of letters or numbers with ordinary sentence punctuation — is re-spaced
+  between its words, and its case is folded where case carries no information: a text typed in
+  capitals only, the capital of a sentence's first word; a capital inside a sentence (Polish /
+  polish, US / us, I / i) is kept;
+- everything else is kept **verbatim**, every character and the spaces beside it: code
+  (inline, fenced, indented lines, lines with tabs), quoted strings, identifiers and tokens
+  mixing letters with digits or symbols (``ls -R``, ``\\W``, base64, ``iPhone``), math;
+- characters of prose words: canonical composition (NFC), full-width ASCII to ASCII,
+  zero-width spaces, soft hyphens and byte-order marks removed; nothing else is folded
+  (superscripts, ß, ligatures, joiners stay); spaces between Chinese words go;
+- only a final "?" (or a run of them) or a single final "." — and their CJK forms — attached
+  to a prose word is dropped;
 - nothing in the text becomes a placeholder, unless the caller declares it volatile
   (``volatile=True``: timestamps, UUIDs and long hex ids, for context an app injects per
   request).
@@ -191,7 +191,7 @@ class Form:
 
 def form(text: str) -> Form:
     """The form features of ``text`` (see :class:`Form`).  A word whose capital grammar
-    decides (a sentence's first word, "I") tells nothing of its case and is left out."""
+    decides (a sentence's first word) tells nothing of its case and is left out."""
     literals = []
     cased = set()
     start = True
