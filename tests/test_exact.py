@@ -23,7 +23,7 @@ def test_miss_then_hit_from_l1_then_from_l2_in_another_instance(make_cache: Cach
     assert a.update(req, "Use 'Forgot password'.", {"usage": {"tokens": 12}})
     hit = a.lookup(req)
     assert hit is not None and hit.level == "l1" and hit.payload == {"usage": {"tokens": 12}}
-    same = b.request("how do i  reset my password", system="helpdesk", llm_key="m1")
+    same = b.request("how do I  reset my password", system="helpdesk", llm_key="m1")
     hit = b.lookup(same)
     assert hit is not None and hit.level == "l2" and hit.text == "Use 'Forgot password'."
     assert b.lookup(same).level == "l1"  # type: ignore[union-attr]
