@@ -81,6 +81,8 @@ def _by_rule(raw: str) -> tuple[frozenset[str], bool]:
     found: set[str] = set()
     unseen = False
     words = _words_with_starts(raw)
+    if _CJK.search(raw):  # Latin words inside Chinese text are names and terms ("Radio Airplay")
+        return frozenset(w.casefold() for w, _ in words if len(w) >= 2), False
     inner = [w for w, start in words if not start and w != "I"]
     title_case = len(inner) >= 2 and sum(w[0].isupper() for w in inner) > len(inner) / 2
     for word, sentence_start in words:
