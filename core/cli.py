@@ -3,23 +3,83 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
+import os
+import sqlite3
 import statistics
+import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from typer.core import TyperGroup
 
 from .home import data_dir
 from .metrics import Metrics
 from .stack import Cache
 
-app = typer.Typer(help="TriCache: a three-tier cache for LLM calls.", no_args_is_help=True)
+
+class CliError(Exception):
+    """An expected failure (bad input, unreachable store): one line on stderr, exit 2."""
+
+    def __init__(self, what: str, where: object = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.where = where
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.where})" if self.where not in (None, "") else self.what
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean bad input or an unusable store, not a bug in tricache."""
+    errors: list[type[BaseException]] = [
+        CliError, typer.BadParameter, ValueError, OSError, sqlite3.Error, csv.Error
+    ]  # fmt: skip
+    with contextlib.suppress(ImportError):
+        import redis
+
+        errors.append(redis.exceptions.RedisError)
+    return tuple(errors)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, typer.BadParameter):
+        return exc.format_message()
+    if isinstance(exc, CliError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return str(CliError(exc.strerror, exc.filename))
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ValueError) else f"{type(exc).__name__}: {text}"
+
+
+class _Group(TyperGroup):
+    """The one error handler of every command: an expected error becomes one line on stderr
+    (``tricache: error: WHAT (WHERE)``) and exit status 2; anything else is a bug and keeps
+    its traceback.  ``TRICACHE_DEBUG=1`` shows the traceback of expected errors too."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _expected_errors() as exc:
+            if os.environ.get("TRICACHE_DEBUG"):
+                raise
+            message = " ".join(_one_line(exc).split())
+            typer.echo(f"tricache: error: {message}", err=True)
+            sys.stdout.flush()
+            raise typer.Exit(2) from None
+
+
+app = typer.Typer(
+    help="TriCache: a three-tier cache for LLM calls.", no_args_is_help=True, cls=_Group
+)
 console = Console(soft_wrap=True)
 
 RedisUrl = Annotated[
@@ -32,7 +92,107 @@ Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Cache namespa
 
 
 def _open(redis_url: str | None, path: Path | None, namespace: str, **kw: Any) -> Cache:
-    return Cache(redis_url=redis_url, path=path, namespace=namespace, **kw)
+    """A cache whose L2 store is known to work: the library falls back to L1 only when a
+    store cannot be opened, but a command that would persist nothing must say so."""
+    if redis_url:
+        _check_redis(redis_url)
+        return Cache(redis_url=redis_url, path=path, namespace=namespace, **kw)
+    from .stores.sqlite import SQLiteStore
+
+    file = path or data_dir() / "exact.sqlite3"
+    if file.is_dir():
+        raise CliError("is a directory, not a SQLite file", f"--path {file}")
+    try:
+        store = SQLiteStore(file)
+    except (OSError, sqlite3.Error) as exc:
+        raise CliError(f"cannot open the SQLite store: {exc}", f"--path {file}") from None
+    return Cache(store=store, path=path, namespace=namespace, **kw)
+
+
+def _check_redis(url: str) -> None:
+    try:
+        import redis
+    except ImportError:
+        raise CliError("--redis-url needs the redis package (pip install redis)") from None
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (ValueError, redis.exceptions.RedisError) as exc:
+        raise CliError(f"cannot use Redis: {exc}", f"--redis-url {url}") from None
+
+
+def _check_writable(path: Path, option: str) -> None:
+    """Fail before the work, not after it, when an output file cannot be written."""
+    if path.is_dir():
+        raise CliError("is a directory", f"{option} {path}")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        raise CliError(f"cannot write: {exc.strerror or exc}", f"{option} {path}") from None
+    if not existed:
+        path.unlink()
+
+
+def _fail(what: str, where: object = None) -> NoReturn:
+    raise CliError(what, where)
+
+
+@contextlib.contextmanager
+def _vector_index(path: Path | None) -> Any:
+    """The embedded vector index of the default embedder, opened without its model or the
+    guards' models (a SemanticTier loads both: seconds that evict and clear do not need);
+    ``None`` when there is none, or another process holds it (said on stderr)."""
+    from .embed import _BUILTIN, DEFAULT_EMBEDDER
+    from .stores.vectors import EdgeIndex, IndexLocked
+
+    base = path.with_name(path.stem + "-vectors") if path else data_dir() / "vectors"
+    if not (base / DEFAULT_EMBEDDER).exists():
+        yield None
+        return
+    dim: int = _BUILTIN[DEFAULT_EMBEDDER].dim  # type: ignore[attr-defined]
+    try:
+        index = EdgeIndex(base / DEFAULT_EMBEDDER, dim)
+    except IndexLocked as exc:
+        typer.echo(f"tricache: note: semantic points left alone: index in use ({exc})", err=True)
+        yield None
+        return
+    try:
+        yield index
+    finally:
+        index.close()
+
+
+def _maintenance(redis_url: str | None, path: Path | None, namespace: str) -> Cache:
+    """The exact tier only, for evict and clear: the vector index is handled separately."""
+    return _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False)
+
+
+def _check_embedder(name: str | None) -> None:
+    """Unknown models fail now, not after minutes of Hugging Face hub retries."""
+    from .embed import _BUILTIN
+
+    if name is None or name in _BUILTIN or Path(name).exists():
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("0", "false", "no"):
+        return  # the user asked for downloads
+    with contextlib.suppress(ImportError):
+        from huggingface_hub import try_to_load_from_cache
+
+        for repo in (name, f"sentence-transformers/{name}"):
+            with contextlib.suppress(Exception):
+                if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                    return
+    _fail(
+        f"unknown embedder: not one of {', '.join(_BUILTIN)}, a local path or a model in the "
+        "Hugging Face cache (HF_HUB_OFFLINE=0 lets tricache download it)",
+        f"--embedder {name}",
+    )
 
 
 @app.command()
@@ -51,6 +211,10 @@ def demo(
 ) -> None:
     """Run a mixed workload through LangChain and the cache; print what it saved and served."""
     from . import demo as core_demo
+
+    if not llm_latency >= 0:
+        _fail(f"must be >= 0, got {llm_latency}", "--llm-latency")
+    _check_writable(chart, "--chart")
 
     try:  # through LangChain when it is installed, else through the core API
         from langchain_tricache.demo import run_langchain_demo as runner
@@ -154,7 +318,10 @@ def eval_pairs(
     """Run the whole semantic decision on labelled pairs: store q1, look up q2, score it."""
     from .evaluate import evaluate_pairs
 
+    if threshold is not None and not 0 < threshold <= 1:
+        _fail(f"must be in (0, 1], got {threshold}", "--threshold")
     pairs = _read_pairs(pairs_file, limit)
+    _check_embedder(embedder)
     options: dict[str, Any] = {"embedder": embedder, "threshold": threshold}
     if no_guards:
         options["guards"] = ()
@@ -185,11 +352,9 @@ _SUMMARY_KEYS = ("precision", "recall", "false_hit_rate")
 def _read_pairs(path: Path, limit: int | None) -> list[Any]:
     from .evaluate import read_pairs
 
-    try:
-        return read_pairs(path, limit=limit)
-    except (ValueError, KeyError) as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+    if limit is not None and limit < 1:
+        _fail(f"must be >= 1, got {limit}", "--limit")
+    return read_pairs(path, limit=limit)
 
 
 def _fmt(value: object) -> str:
@@ -209,7 +374,10 @@ def calibrate(
     from .embed import get_embedder
     from .evaluate import calibrate as run_calibration
 
+    if plot is not None:
+        _check_writable(plot, "--plot")
     pairs = _read_pairs(pairs_file, limit)
+    _check_embedder(embedder)
     model = get_embedder(embedder)
     result = run_calibration(
         pairs, model, target_precision=target_precision, **({"guards": ()} if no_guards else {})
@@ -258,9 +426,12 @@ def audit(
 
     log_path = path or data_dir() / "audit.sqlite3"
     if not log_path.exists():
-        console.print(f"no audit log at {log_path}")
-        raise typer.Exit(1)
-    for row in AuditLog(log_path).recent(last, "feedback" if feedback else "decisions"):
+        _fail("no audit log here", log_path)
+    try:
+        rows = AuditLog(log_path).recent(last, "feedback" if feedback else "decisions")
+    except sqlite3.Error as exc:
+        raise CliError(f"not a readable audit log: {exc}", log_path) from None
+    for row in rows:
         console.print(json.dumps(row, ensure_ascii=False))
 
 
@@ -276,12 +447,13 @@ def faq_import(
     namespace: Namespace = "default",
 ) -> None:
     """Import question/answer pairs (columns: question, answer[, paraphrases, tags, lang])."""
+    from .faq import read_entries
+
+    entries = read_entries(file)
+    if not entries:
+        _fail("no entries to import; nothing changed", file)
     with _open(redis_url, path, namespace, bloom=False) as cache:
-        try:
-            count = cache.import_faq(file)
-        except ValueError as exc:
-            console.print(f"[bold red]error:[/] {exc}")
-            raise typer.Exit(2) from None
+        count = cache.add_faq(entries)
         console.print(f"imported {count} entries; knowledge-base version bumped")
 
 
@@ -326,7 +498,10 @@ def metrics(
         if once:
             print(exposition(cache), end="")
             return
-        serve(cache, port)
+        try:
+            serve(cache, port)
+        except OSError as exc:
+            raise CliError(f"cannot serve: {exc.strerror or exc}", f"--port {port}") from None
         console.print(f"serving http://0.0.0.0:{port}/metrics (Ctrl-C to stop)")
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
@@ -399,16 +574,25 @@ def bump_kb(
 @app.command()
 def evict(redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace = "default") -> None:
     """Delete stale and corrupt entries from the shared store (active eviction)."""
-    with _open(redis_url, path, namespace, bloom=False) as cache:
-        console.print(json.dumps(cache.evict()))
+    import time
+
+    with _maintenance(redis_url, path, namespace) as cache:
+        counts = cache.evict()
+    with _vector_index(path) as index:
+        if index is not None:
+            index.delete_expired(time.time())
+    console.print(json.dumps(counts))
 
 
 @app.command()
 def clear(redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace = "default") -> None:
     """Delete every entry of the namespace."""
-    with _open(redis_url, path, namespace, bloom=False) as cache:
+    with _maintenance(redis_url, path, namespace) as cache:
         cache.clear()
-        console.print(f"namespace {namespace!r} cleared")
+    with _vector_index(path) as index:
+        if index is not None:
+            index.delete_where({"namespace": namespace})
+    console.print(f"namespace {namespace!r} cleared")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -33,28 +33,47 @@ class Pair:
 
 
 def read_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
-    """Read a labelled pair file; raises ``ValueError`` naming what is missing."""
+    """Read a labelled pair file; raises ``ValueError`` naming what is wrong, and where."""
     path = Path(path)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
     with path.open(encoding="utf-8", newline="") as f:
         sample = f.readline()
         f.seek(0)
         delimiter = "\t" if "\t" in sample else ","
         if delimiter == "\t":
-            reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)
         else:
-            reader = csv.DictReader(f)
-        columns = set(reader.fieldnames or ())
-        first, second = ("q1", "q2") if {"q1", "q2"} <= columns else ("text1", "text2")
-        if not {first, second, "label"} <= columns:
-            raise ValueError(f"{path}: need columns q1,q2 (or text1,text2) and label")
-        kind = "kind" if "kind" in columns else "pair_type" if "pair_type" in columns else None
-        pairs = []
-        for row in reader:
-            q1, q2 = row[first] or "", row[second] or ""
-            lang = row.get("lang") or ("zh" if _has_cjk(q1 + q2) else "en")
-            pairs.append(Pair(q1, q2, int(row["label"]), row.get(kind, "") if kind else "", lang))
-            if limit is not None and len(pairs) >= limit:
-                break
+            reader = csv.DictReader(f, strict=True)
+        try:
+            pairs = _read_rows(path, reader, limit)
+        except csv.Error as exc:
+            raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    if not pairs:
+        raise ValueError(f"{path}: no pairs (only a header?)")
+    return pairs
+
+
+def _read_rows(path: Path, reader: csv.DictReader[str], limit: int | None) -> list[Pair]:
+    columns = set(reader.fieldnames or ())
+    first, second = ("q1", "q2") if {"q1", "q2"} <= columns else ("text1", "text2")
+    if not {first, second, "label"} <= columns:
+        raise ValueError(f"{path}: need columns q1,q2 (or text1,text2) and label")
+    kind = "kind" if "kind" in columns else "pair_type" if "pair_type" in columns else None
+    pairs = []
+    for row in reader:
+        where = f"{path}: line {reader.line_num}"
+        if None in row:
+            raise ValueError(f"{where}: more fields than the header has")
+        q1, q2, label = row[first], row[second], row["label"]
+        if q1 is None or q2 is None or label is None:
+            raise ValueError(f"{where}: missing fields (need {first}, {second} and label)")
+        if label.strip() not in ("0", "1"):
+            raise ValueError(f"{where}: label must be 0 or 1, got {label!r}")
+        lang = row.get("lang") or ("zh" if _has_cjk(q1 + q2) else "en")
+        pairs.append(Pair(q1, q2, int(label), (row.get(kind) or "") if kind else "", lang))
+        if limit is not None and len(pairs) >= limit:
+            break
     return pairs
 
 

@@ -258,21 +258,37 @@ def _embeddable(text: str) -> str:
 
 
 def read_entries(path: str | Path) -> list[FaqEntry]:
-    """CSV (header: question, answer[, paraphrases separated by '|', tags, lang]) or JSONL."""
+    """CSV (header: question, answer[, paraphrases separated by '|', tags, lang]) or JSONL
+    (one object a line); raises ``ValueError`` naming what is wrong, and where."""
     path = Path(path)
-    rows: list[dict[str, Any]]
+    rows: list[tuple[int, Any]] = []
     with path.open(encoding="utf-8", newline="") as f:
         if path.suffix.lower() in (".jsonl", ".json"):
-            rows = [json.loads(line) for line in f if line.strip()]
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append((n, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: line {n}: not JSON ({exc.msg})") from None
         else:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f, strict=True)
+            try:
+                rows = [(reader.line_num, row) for row in reader]
+            except csv.Error as exc:
+                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
     entries = []
-    for n, row in enumerate(rows, 1):
+    for n, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{path}: line {n}: expected an object with question and answer, got "
+                f"{type(row).__name__} (JSONL: one object a line, not a JSON array)"
+            )
         question, answer = row.get("question"), row.get("answer")
         if answer is None and isinstance(row.get("answers"), list) and row["answers"]:
             answer = row["answers"][0]
         if not isinstance(question, str) or not isinstance(answer, str):
-            raise ValueError(f"{path}: entry {n} needs a question and an answer")
+            raise ValueError(f"{path}: line {n}: needs a question and an answer")
         entries.append(
             FaqEntry(question, answer, _list(row.get("paraphrases")), _list(row.get("tags")),
                      row.get("lang") or None)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from tricache import Cache
@@ -111,3 +115,120 @@ def test_bad_pairs_file_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["eval-pairs", str(bad)])
     assert result.exit_code == 2
     assert "need columns" in result.output
+
+
+def _one_line_error(result: Any) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tricache: error: "), result.output
+
+
+BAD_FILES = {
+    "nolabel.tsv": "q1\tq2\tlabel\na\tb\n",
+    "badlabel.tsv": "q1\tq2\tlabel\na\tb\tyes\n",
+    "quote.csv": 'q1,q2,label\n"a,b,1\n',
+    "header.tsv": "q1\tq2\tlabel\n",
+    "ok.tsv": "q1\tq2\tlabel\na\tb\t1\n",
+    "array.json": '[{"question": "q", "answer": "a"}]\n',
+    "bare.jsonl": '"hello"\n',
+    "broken.jsonl": '{"question": \n',
+    "empty.jsonl": "",
+    "good.jsonl": '{"question": "q", "answer": "a"}\n',
+    "notsqlite.sqlite3": "not a database\n",
+}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval-pairs", "{d}/nolabel.tsv"],
+        ["eval-pairs", "{d}/badlabel.tsv"],
+        ["eval-pairs", "{d}/quote.csv"],
+        ["eval-pairs", "{d}/ok.tsv", "--threshold", "7"],
+        ["eval-pairs", "{d}/ok.tsv", "--limit", "0"],
+        ["eval-pairs", "{d}/ok.tsv", "--embedder", "nosuch-model"],
+        ["eval-pairs", "{d}/missing.tsv"],
+        ["calibrate", "{d}/header.tsv"],
+        ["calibrate", "{d}/ok.tsv", "--limit", "0"],
+        ["calibrate", "{d}/ok.tsv", "--plot", "{d}/notsqlite.sqlite3/x.png"],
+        ["calibrate", "{d}/ok.tsv", "--embedder", "nosuch-model"],
+        ["demo", "--llm-latency", "-1"],
+        ["demo", "--chart", "{d}"],
+        ["demo", "--chart", "{d}/notsqlite.sqlite3/chart.png"],
+        ["faq", "import", "{d}/array.json", "--path", "{d}/s.sqlite3"],
+        ["faq", "import", "{d}/bare.jsonl", "--path", "{d}/s.sqlite3"],
+        ["faq", "import", "{d}/broken.jsonl", "--path", "{d}/s.sqlite3"],
+        ["faq", "import", "{d}/empty.jsonl", "--path", "{d}/s.sqlite3"],
+        ["faq", "import", "{d}/good.jsonl", "--path", "{d}"],
+        ["faq", "import", "{d}/good.jsonl", "--path", "{d}/notsqlite.sqlite3"],
+        ["audit", "--path", "{d}/notsqlite.sqlite3"],
+        ["audit", "--path", "{d}/none.sqlite3"],
+        ["invalidate", "docs", "--path", "{d}"],
+        ["invalidate", "docs", "--path", "{d}/notsqlite.sqlite3"],
+        ["evict", "--path", "{d}"],
+        ["evict", "--path", "{d}/notsqlite.sqlite3"],
+        ["clear", "--path", "{d}/notsqlite.sqlite3"],
+        ["bump-kb", "--path", "{d}/notsqlite.sqlite3"],
+        ["evict", "--redis-url", "notaurl"],
+        ["evict", "--redis-url", "redis://127.0.0.1:1"],
+        ["evict", "--redis-url", "redis://nosuchhost.invalid:6379"],
+        ["evict", "--redis-url", "redis://127.0.0.1:6379/99"],
+        ["metrics", "--once", "--redis-url", "redis://127.0.0.1:1"],
+        ["demo", "--requests", "5"],
+    ],
+    ids=lambda args: " ".join(args).replace("{d}/", ""),
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
+    for name, text in BAD_FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    result = runner.invoke(app, [a.replace("{d}", str(tmp_path)) for a in args])
+    _one_line_error(result)
+    assert not (tmp_path / "s.sqlite3").exists()  # nothing was written
+
+
+def test_metrics_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = runner.invoke(
+            app, ["metrics", "--port", str(port), "--path", str(tmp_path / "m.sqlite3")]
+        )
+    _one_line_error(result)
+    assert f"--port {port}" in result.output
+
+
+def test_empty_faq_import_keeps_the_kb_version(tmp_path: Path) -> None:
+    path = tmp_path / "kb.sqlite3"
+    (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
+    _one_line_error(
+        runner.invoke(app, ["faq", "import", str(tmp_path / "empty.jsonl"), "--path", str(path)])
+    )
+    result = runner.invoke(app, ["bump-kb", "--path", str(path)])
+    assert "version is now 1" in result.output  # the failed import bumped nothing
+
+
+def test_unexpected_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr("tricache.cli.data_dir", broken)
+    result = runner.invoke(app, ["info"])
+    assert isinstance(result.exception, TypeError)
+
+
+def test_evict_and_clear_skip_the_models(tmp_path: Path) -> None:
+    path = tmp_path / "fast.sqlite3"
+    with Cache(path=path, namespace="fast") as cache:
+        cache.update(cache.request("one"), "a")
+        cache.update(cache.request("two"), "b")
+        assert cache.semantic is not None
+    common = ["--path", str(path), "--namespace", "fast"]
+    started = time.perf_counter()
+    assert json.loads(runner.invoke(app, ["evict", *common]).output)["scanned"] == 2
+    assert runner.invoke(app, ["clear", *common]).exit_code == 0
+    assert time.perf_counter() - started < 3
+    with Cache(path=path, namespace="fast") as cache:
+        assert list(cache.exact.store.keys("fast")) == []  # type: ignore[union-attr]
+        tier = cache.semantic
+        assert tier is not None and tier.index.count() == 0
