@@ -9,6 +9,13 @@ set_llm_cache(TriCache(redis_url="redis://cache:6379/0", qdrant_url="http://qdra
 model = CachedChatModel(inner=ChatOpenAI(...))   # + streaming, coalescing, tier metadata
 """
 
+try:
+    import langchain_core  # noqa: F401
+except ImportError as exc:  # the adapter is an extra: name it
+    raise ImportError(
+        "langchain_tricache needs langchain-core: pip install 'tricache[langchain]'"
+    ) from exc
+
 from .cache import TriCache, current_tenant, tenant
 from .chain import CachedRunnable, with_tricache
 from .chat_model import CachedChatModel

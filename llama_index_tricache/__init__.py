@@ -8,6 +8,13 @@
 - ``tenant("acme")`` scopes the calls made inside it.
 """
 
+try:
+    import llama_index.core  # noqa: F401
+except ImportError as exc:  # the adapter is an extra: name it
+    raise ImportError(
+        "llama_index_tricache needs llama-index-core: pip install 'tricache[llama-index]'"
+    ) from exc
+
 from tricache import Cache
 from tricache.tenancy import current_tenant, tenant
 
