@@ -30,7 +30,14 @@ log = logging.getLogger(__name__)
 
 
 class TriCache(BaseCache):
-    """LangChain cache with exact, semantic and (later) FAQ tiers.
+    """LangChain cache with exact, semantic and FAQ tiers.
+
+    The FAQ tier serves curated answers (``Cache.add_faq``) to a question no cached entry
+    answers, after the semantic tier; it is off with ``faq=False``.  A hit carries its tier
+    under ``"tricache"`` (``{"tier", "level", "score", "entry_id"}``) in the message's
+    response metadata (chat models) or the generation info (plain LLMs), so a hit is not
+    ``==`` the generations stored; ``tag_hits=False`` returns exactly what was stored
+    (LangChain's cache contract, as its standard test suites check it).
 
     ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=..., qdrant_url=...)``
     shares the tiers between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
@@ -40,10 +47,16 @@ class TriCache(BaseCache):
     """
 
     def __init__(
-        self, cache: Cache | None = None, *, tool_calls_to_look_alikes: bool = False, **options: Any
+        self,
+        cache: Cache | None = None,
+        *,
+        tool_calls_to_look_alikes: bool = False,
+        tag_hits: bool = True,
+        **options: Any,
     ) -> None:
         self.core = cache if cache is not None else Cache(**options)
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
+        self.tag_hits = tag_hits
 
     # sync ----------------------------------------------------------------------------------
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
@@ -124,10 +137,10 @@ class TriCache(BaseCache):
                 message = AIMessage(hit.text, response_metadata={"tricache": info})
                 return [ChatGeneration(message=message)]
             return [Generation(text=hit.text, generation_info={"tricache": info})]
-        return served(self.core, hit.payload, info)
+        return served(self.core, hit.payload, info if self.tag_hits else None)
 
 
-def served(core: Cache, payload: Any, info: dict[str, Any]) -> list[Generation] | None:
+def served(core: Cache, payload: Any, info: dict[str, Any] | None) -> list[Generation] | None:
     """The generations in a hit's payload, rebuilt for each hit (it costs less than a deep
     copy of objects kept between hits); a payload this adapter cannot read is a miss,
     counted as corrupt."""

@@ -5,7 +5,13 @@
 - request coalescing: concurrent identical misses make one call to the inner model, across
   threads, coroutines and processes (through the shared store's lock);
 - the FAQ fallback hook, tried after the cache tiers and before the model;
-- ``response_metadata["tricache"] = {"tier", "score", "entry_id"}`` on every answer.
+- ``response_metadata["tricache"] = {"tier", "score", "entry_id"}`` on every answer;
+- ``bind_tools`` / ``with_structured_output``: tools are bound on the wrapped model and the
+  result stays cached (the tools are in the key, so two tool sets never share answers).
+
+Tokens are streamed once, by this model: the wrapped model runs without the callback handlers
+that collect streams (``astream_events``, ``astream_log``, LangGraph's message stream), so a
+consumer does not see each token twice; tracers still see the wrapped model's run.
 
 The key holds the wrapped chat model's LangChain ``llm_string`` (model, settings, bound tools,
 stop …): ``inner`` may be a chat model, or one wrapped in ``.bind()``/``.bind_tools()``,
@@ -20,12 +26,26 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    BaseCallbackManager,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableWithFallbacks
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBinding,
+    RunnableConfig,
+    RunnableWithFallbacks,
+    ensure_config,
+)
 from langchain_core.runnables.retry import RunnableRetry
+from langchain_core.tracers._streaming import (
+    _StreamingCallbackHandler,
+    _V2StreamingCallbackHandler,
+)
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from tricache import Cache, CacheRequest, Hit
@@ -69,6 +89,19 @@ class CachedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "tricache"
 
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """This model with ``tools`` bound on the wrapped chat model(s) (through bindings,
+        retries and fallbacks), still cached: the tools are in the key.  Raises
+        ``NotImplementedError`` where the wrapped model cannot bind tools."""
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        inner, _ = _with_tools(self.inner, tools, kwargs)
+        return self.model_copy(update={"inner": inner})
+
+    # ``with_structured_output``: BaseChatModel's, through ``bind_tools`` above.
+
     # sync ----------------------------------------------------------------------------------
     def _generate(
         self,
@@ -78,16 +111,17 @@ class CachedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
+        config = _inner_config()
         request, semantic = self._request(messages, call)
         if request is None:
-            return _fresh(_as_message(self.inner.invoke(messages, **call)))
+            return _fresh(_as_message(self.inner.invoke(messages, config, **call)))
         cached = self._from_cache(request, semantic)
         if cached is not None:
             return cached
         with self._coalescer.turn(self.tricache.exact.key(request)) as leader:
             if not leader and (cached := self._from_cache(request, semantic)) is not None:
                 return cached
-            message = self.inner.invoke(messages, **call)
+            message = self.inner.invoke(messages, config, **call)
             return self._store(request, semantic, _as_message(message))
 
     def _stream(
@@ -104,13 +138,11 @@ class CachedChatModel(BaseChatModel):
             yield from _replay(cached.generations[0])
             return
         total: AIMessageChunk | None = None
-        for chunk in self.inner.stream(messages, **call):
+        # LangChain reports each chunk this yields (``on_llm_new_token``): reporting it here
+        # too, or letting the wrapped model report it to the same handlers, doubles it.
+        for chunk in self.inner.stream(messages, _inner_config(), **call):
             piece = _as_chunk(chunk)
             total = piece if total is None else total + piece
-            if run_manager is not None and isinstance(piece.content, str):
-                run_manager.on_llm_new_token(
-                    piece.content, chunk=ChatGenerationChunk(message=piece)
-                )
             yield ChatGenerationChunk(message=piece)
         if total is not None and request is not None:  # complete (a stream that raised is not)
             self._store(request, semantic, _from_chunk(total))
@@ -124,16 +156,17 @@ class CachedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
+        config = _inner_config()
         request, semantic = self._request(messages, call)
         if request is None:
-            return _fresh(_as_message(await self.inner.ainvoke(messages, **call)))
+            return _fresh(_as_message(await self.inner.ainvoke(messages, config, **call)))
         cached = await self._afrom_cache(request, semantic)
         if cached is not None:
             return cached
         async with self._coalescer.aturn(self.tricache.exact.key(request)) as leader:
             if not leader and (cached := await self._afrom_cache(request, semantic)) is not None:
                 return cached
-            message = await self.inner.ainvoke(messages, **call)
+            message = await self.inner.ainvoke(messages, config, **call)
             return await self._astore(request, semantic, _as_message(message))
 
     async def _astream(
@@ -151,13 +184,9 @@ class CachedChatModel(BaseChatModel):
                 yield chunk
             return
         total: AIMessageChunk | None = None
-        async for chunk in self.inner.astream(messages, **call):
+        async for chunk in self.inner.astream(messages, _inner_config(), **call):
             piece = _as_chunk(chunk)
             total = piece if total is None else total + piece
-            if run_manager is not None and isinstance(piece.content, str):
-                await run_manager.on_llm_new_token(
-                    piece.content, chunk=ChatGenerationChunk(message=piece)
-                )
             yield ChatGenerationChunk(message=piece)
         if total is not None and request is not None:
             await self._astore(request, semantic, _from_chunk(total))
@@ -330,3 +359,45 @@ def _chat_models(
             models += found
         return models
     return None
+
+
+def _with_tools(
+    inner: Runnable[Any, Any], tools: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Runnable[Any, Any], set[str]]:
+    """``inner`` with ``tools`` bound on each chat model behind it, and the keywords that
+    binding set (taken out of outer bindings, which would otherwise win over them)."""
+    if isinstance(inner, BaseChatModel):
+        bound = inner.bind_tools(tools, **kwargs)
+        return bound, set(bound.kwargs) if isinstance(bound, RunnableBinding) else set()
+    if isinstance(inner, RunnableBinding | RunnableRetry):
+        new, keys = _with_tools(inner.bound, tools, kwargs)
+        rest = {k: v for k, v in inner.kwargs.items() if k not in keys}
+        return inner.model_copy(update={"bound": new, "kwargs": rest}), keys
+    if isinstance(inner, RunnableWithFallbacks):
+        runnable, keys = _with_tools(inner.runnable, tools, kwargs)
+        fallbacks = []
+        for fallback in inner.fallbacks:
+            new, more = _with_tools(fallback, tools, kwargs)
+            fallbacks.append(new)
+            keys |= more
+        return inner.model_copy(update={"runnable": runnable, "fallbacks": fallbacks}), keys
+    raise NotImplementedError(f"tricache: cannot bind tools on {type(inner).__name__}")
+
+
+def _inner_config() -> RunnableConfig:
+    """The config for a call to the wrapped model: the callbacks in context (LangChain runs it
+    beside this model's run), less the handlers that collect streamed tokens: they get every
+    token from this model already."""
+    callbacks: Any = ensure_config().get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        callbacks = callbacks.copy()
+        for handler in [*callbacks.handlers, *callbacks.inheritable_handlers]:
+            if _collects_stream(handler):
+                callbacks.remove_handler(handler)
+    elif isinstance(callbacks, list):
+        callbacks = [h for h in callbacks if not _collects_stream(h)]
+    return {"callbacks": callbacks}
+
+
+def _collects_stream(handler: Any) -> bool:
+    return isinstance(handler, _StreamingCallbackHandler | _V2StreamingCallbackHandler)

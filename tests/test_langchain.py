@@ -808,3 +808,110 @@ def test_a_chain_payload_not_ours_is_a_corrupt_miss(core: Cache, payload: Any) -
     _corrupt(core, request, payload)
     assert asyncio.run(chain.ainvoke("What is this?")) == "fresh What is this?"
     assert core.metrics.count("exact", "corrupt") == 2
+
+
+# tools and structured output through the wrapper ---------------------------------------------
+def test_bound_tools_are_part_of_the_key_and_a_repeat_is_a_hit(core: Cache) -> None:
+    from langchain_core.tools import tool
+
+    from oracles import ChatOracle
+
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    @tool
+    def population(city: str) -> int:
+        """How many people live in a city."""
+        return 1
+
+    oracle = ChatOracle()
+    model = CachedChatModel(inner=oracle, tricache=core)
+    question = "Tell me about Lima."
+    with_weather = model.bind_tools([weather], tool_choice="weather")
+    with_population = model.bind_tools([population], tool_choice="population")
+    first = with_weather.invoke(question)
+    assert first.tool_calls[0]["name"] == "weather"
+    assert first.response_metadata["tricache"]["tier"] == "llm"
+    other = with_population.invoke(question)
+    assert other.tool_calls[0]["name"] == "population"  # never the other tool set's answer
+    assert oracle.calls == 2
+    again = with_weather.invoke(question)
+    assert again.response_metadata["tricache"]["tier"] == "exact" and oracle.calls == 2
+    assert again.tool_calls == first.tool_calls
+    assert model.invoke(question).tool_calls == [] and oracle.calls == 3  # no tools: its own
+    oracle.check()
+
+
+def test_tools_bound_through_a_binding_keep_its_arguments(core: Cache) -> None:
+    from oracles import ChatOracle
+
+    oracle = ChatOracle()
+    model = CachedChatModel(inner=oracle.bind(stop=["\n\n"]), tricache=core)
+    tool = {"name": "lookup", "description": "Look it up.", "parameters": {"type": "object"}}
+    bound = model.bind_tools([tool], tool_choice="lookup")
+    assert isinstance(bound, CachedChatModel) and bound.tricache is core
+    bound.invoke("Where is Lima?")
+    served = oracle.check()
+    assert served[-1].params.get("stop") == ["\n\n"]
+
+
+def test_structured_output_is_cached_per_schema(core: Cache) -> None:
+    from pydantic import BaseModel
+
+    from oracles import ChatOracle
+
+    class City(BaseModel):
+        """A city."""
+
+        name: str
+
+    class Country(BaseModel):
+        """A country."""
+
+        code: str
+
+    oracle = ChatOracle()
+    model = CachedChatModel(inner=oracle, tricache=core)
+    city = model.with_structured_output(City).invoke("Where is the Louvre?")
+    country = model.with_structured_output(Country).invoke("Where is the Louvre?")
+    assert isinstance(city, City) and isinstance(country, Country)
+    assert oracle.calls == 2
+    assert model.with_structured_output(City).invoke("Where is the Louvre?") == city
+    assert oracle.calls == 2
+    raw = model.with_structured_output(City, include_raw=True).invoke("Where is the Louvre?")
+    assert raw["parsed"] == city and raw["raw"].response_metadata["tricache"]["tier"] == "exact"
+
+
+def test_a_wrapped_model_without_tools_cannot_bind_them(core: Cache) -> None:
+    model = CachedChatModel(inner=chat("x"), tricache=core)
+    with pytest.raises(NotImplementedError):
+        model.bind_tools([{"name": "f", "description": "f", "parameters": {"type": "object"}}])
+
+
+# streaming inside a chain --------------------------------------------------------------------
+def test_a_chain_streams_each_token_once(core: Cache) -> None:
+    answer = "The capital of Peru is Lima."
+    inner = counting(answer)
+    chain = ChatPromptTemplate.from_messages([("human", "{q}")]) | CachedChatModel(
+        inner=inner, tricache=core
+    )
+
+    async def events(question: str) -> list[tuple[str, Any]]:
+        return [
+            (e["name"], e["data"]["chunk"].content)
+            async for e in chain.astream_events({"q": question}, version="v2")
+            if e["event"] == "on_chat_model_stream"
+        ]
+
+    for tier in ("miss", "hit"):
+        streamed = asyncio.run(events("What is the capital of Peru?"))
+        assert {name for name, _ in streamed} == {"CachedChatModel"}, tier
+        assert "".join(text for _, text in streamed) == answer, tier
+    assert "".join(c.content for c in chain.stream({"q": "Capital of Peru, please?"})) == answer
+
+    async def astream() -> str:
+        return "".join([c.content async for c in chain.astream({"q": "Peru's capital?"})])
+
+    assert asyncio.run(astream()) == answer
