@@ -11,51 +11,11 @@ examples, a RAG preamble) across calls instead of prefilling it again.
 Heavy imports (torch, transformers, vllm) happen when a backend is built, not here.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-from . import transformers_backend as _transformers_backend
-from . import vllm_backend as _vllm_backend
 from .backend import KVResult, PrefixBackend, PrefixStats
 from .budget import KVBudget, kv_budget, kv_bytes_per_token, suggest_max_model_len
 from .layout import PromptLayout
-
-
-def _require(what: str, extra: str, *modules: str) -> None:
-    """Raise an ImportError naming the extra to install when one of ``modules`` is missing."""
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ImportError(f"{what} needs {module}: pip install 'tricache[{extra}]'") from exc
-
-
-class TransformersBackend(_transformers_backend.TransformersBackend):
-    __doc__ = _transformers_backend.TransformersBackend.__doc__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        _require("tricache.kv.TransformersBackend", "hf", "torch", "transformers")
-        super().__init__(*args, **kwargs)
-
-
-class VLLMBackend(_vllm_backend.VLLMBackend):
-    __doc__ = _vllm_backend.VLLMBackend.__doc__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("llm") is None:  # an engine built elsewhere brings vllm along
-            _require("tricache.kv.VLLMBackend", "vllm", "vllm")
-        super().__init__(*args, **kwargs)
-
-
-class VLLMServerBackend(_vllm_backend.VLLMServerBackend):
-    __doc__ = _vllm_backend.VLLMServerBackend.__doc__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        _require("tricache.kv.VLLMServerBackend", "vllm", "httpx")
-        super().__init__(*args, **kwargs)
-
+from .transformers_backend import TransformersBackend
+from .vllm_backend import VLLMBackend, VLLMServerBackend
 
 __all__ = [
     "KVBudget",

@@ -3,6 +3,7 @@ say how many prompt tokens it reused rather than prefilled."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,3 +81,13 @@ class PrefixBackend(Protocol):
     def warm(self, system: str) -> int:
         """Compute and keep the KV of a system prompt; returns its length in tokens."""
         ...
+
+
+def require(what: str, extra: str, *modules: str) -> None:
+    """Raise an ``ImportError`` naming the extra to install when one of ``modules`` is
+    missing (the backends import their engines lazily, when built)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ImportError(f"{what} needs {module}: pip install 'tricache[{extra}]'") from exc

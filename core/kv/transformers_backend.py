@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import Metrics
-from .backend import KVResult, Message, PrefixStats
+from .backend import KVResult, Message, PrefixStats, require
 from .layout import PromptLayout
 
 __all__ = ["TransformersBackend"]
@@ -40,6 +40,7 @@ class TransformersBackend:
         reuse: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
+        require("tricache.kv.TransformersBackend", "hf", "torch", "transformers")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

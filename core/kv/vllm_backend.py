@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..metrics import Metrics
-from .backend import KVResult, Message, PrefixStats
+from .backend import KVResult, Message, PrefixStats, require
 from .layout import PromptLayout
 
 __all__ = ["VLLMBackend", "VLLMServerBackend", "prefix_counters"]
@@ -36,6 +36,7 @@ class VLLMBackend:
         **engine_args: Any,
     ) -> None:
         if llm is None:
+            require("tricache.kv.VLLMBackend", "vllm", "vllm")
             from vllm import LLM
 
             engine_args.setdefault("enable_prefix_caching", True)
@@ -110,6 +111,7 @@ class VLLMServerBackend:
         timeout: float = 120.0,
         metrics: Metrics | None = None,
     ) -> None:
+        require("tricache.kv.VLLMServerBackend", "vllm", "httpx")
         import httpx
 
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
