@@ -387,8 +387,9 @@ def calibrate(
     )
     for column in ("threshold", "precision", "recall", "hit rate"):
         table.add_column(column, justify="right")
-    for row in result.rows:
-        if row["threshold"] >= 0.7:
+    shown_from = min(0.7, result.chosen) if result.chosen is not None else 0.7
+    for row in result.rows:  # the chosen threshold is always in the table
+        if row["threshold"] >= shown_from:
             table.add_row(
                 *(f"{row[k]:.3f}" for k in ("threshold", "precision", "recall", "hit_rate"))
             )

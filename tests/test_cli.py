@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -107,6 +108,9 @@ def test_calibrate_prints_a_table_and_writes_a_plot(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "chosen threshold" in result.output
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    chosen = re.search(r"chosen threshold: (\d\.\d\d)", result.output)
+    assert chosen is not None
+    assert re.search(rf"^\W*{chosen.group(1)}0 ", result.output, re.M), "the chosen row is shown"
 
 
 def test_bad_pairs_file_is_a_clear_error(tmp_path: Path) -> None:
