@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 
 from .home import data_dir
 from .metrics import Metrics
-from .stack import Cache
+from .stack import Cache, vector_index_dir
 
 
 class CliError(Exception):
@@ -151,13 +151,13 @@ def _vector_index(path: Path | None) -> Any:
     from .embed import _BUILTIN, DEFAULT_EMBEDDER
     from .stores.vectors import EdgeIndex, IndexLocked
 
-    base = path.with_name(path.stem + "-vectors") if path else data_dir() / "vectors"
-    if not (base / DEFAULT_EMBEDDER).exists():
+    where = vector_index_dir(path, DEFAULT_EMBEDDER)
+    if not where.exists():
         yield None
         return
     dim: int = _BUILTIN[DEFAULT_EMBEDDER].dim  # type: ignore[attr-defined]
     try:
-        index = EdgeIndex(base / DEFAULT_EMBEDDER, dim)
+        index = EdgeIndex(where, dim)
     except IndexLocked as exc:
         typer.echo(f"tricache: note: semantic points left alone: index in use ({exc})", err=True)
         yield None

@@ -598,6 +598,12 @@ def _vector_dir(path: str | Path | None) -> Path | None:
     return Path(path).with_name(Path(path).stem + "-vectors") if path else None
 
 
+def vector_index_dir(path: str | Path | None, embedder_name: str) -> Path:
+    """Where the embedded vector index of ``embedder_name`` lives for a cache whose SQLite
+    file is ``path`` (``None``: the data directory)."""
+    return (_vector_dir(path) or data_dir() / "vectors") / embedder_name
+
+
 def _beside(path: str | Path | None, what: str) -> Path | None:
     return Path(path).with_name(f"{Path(path).stem}-{what}.sqlite3") if path else None
 

@@ -160,3 +160,16 @@ def roles_of_two_coalescers(store: Any, key: str, hold: float = 0.1) -> list[boo
         thread.join(10)
     assert not store.is_locked(key.replace(":x:", ":lock:"))
     return sorted(roles)
+
+
+@pytest.fixture
+def global_cache(core: Cache) -> Iterator[Any]:
+    """LangChain's global cache set to a TriCache over the test module's ``core`` fixture."""
+    from langchain_core.globals import set_llm_cache
+
+    from langchain_tricache import TriCache
+
+    cache = TriCache(cache=core)
+    set_llm_cache(cache)
+    yield cache
+    set_llm_cache(None)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.globals import set_llm_cache
 from langchain_core.language_models import (
     BaseChatModel,
     FakeListChatModel,
@@ -42,14 +41,6 @@ from conftest import REDIS_URL, roles_of_two_coalescers
 def core(tmp_path: Path) -> Iterator[Cache]:
     with Cache(path=tmp_path / "lc.sqlite3", namespace="lc") as cache:
         yield cache
-
-
-@pytest.fixture
-def global_cache(core: Cache) -> Iterator[TriCache]:
-    cache = TriCache(cache=core)
-    set_llm_cache(cache)
-    yield cache
-    set_llm_cache(None)
 
 
 def chat(*answers: str) -> GenericFakeChatModel:

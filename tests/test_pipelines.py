@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import redis
 from langchain_core.chat_history import InMemoryChatMessageHistory
-from langchain_core.globals import set_llm_cache
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -240,14 +239,6 @@ def test_batch_and_abatch_of_mixed_questions(core: Cache) -> None:
 
 
 # LangChain: conversations ----------------------------------------------------------------------
-@pytest.fixture
-def global_cache(core: Cache) -> Iterator[TriCache]:
-    cache = TriCache(cache=core)
-    set_llm_cache(cache)
-    yield cache
-    set_llm_cache(None)
-
-
 CHAT_PROMPT = ChatPromptTemplate.from_messages(
     [
         ("system", "You are a helpful assistant."),
