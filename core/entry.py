@@ -1,8 +1,10 @@
 """A cached answer and its MessagePack codec.
 
 The stored value never contains pickled objects: adapters put plain data (str, numbers, lists,
-dicts, bytes) in ``payload``.  The write time (watermark) is not part of the encoded value: the
-store stamps it with its own clock (Redis ``TIME``, or the local clock in embedded mode).
+dicts, bytes) in ``payload``.  The write time is not part of the encoded value: the store stamps
+it with its own clock (Redis ``TIME``, or the local clock in embedded mode).  The entry's
+``watermark`` is the earlier of that and ``started``, the store's clock when the request began:
+an answer is as old as the data it was computed from.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import msgpack
 
 __all__ = ["SCHEMA_VERSION", "CacheEntry", "CorruptEntry", "decode_entry", "encode_entry"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class CorruptEntry(ValueError):
@@ -23,18 +25,20 @@ class CorruptEntry(ValueError):
 
 @dataclass(slots=True)
 class CacheEntry:
-    """The answer text, the adapter's payload and the versions it was written under."""
+    """The answer text, the adapter's payload and the versions its request began under."""
 
     text: str
     payload: Any = None
     category: str | None = None
+    epoch: str = ""
     kb_version: int = 0
     tag_versions: dict[str, int] = field(default_factory=dict)
     negative: bool = False
     hits: int = 0
-    watermark: float = 0.0  # stamped by the store on write; read back with the value
+    watermark: float = 0.0  # min(started, the store's write time); see the module docstring
     tokens: int = 0  # what the answer cost the LLM (prompt + completion), for savings metrics
     model: str = ""  # which model, for the price table
+    started: float = 0.0  # the store's clock when the request began (0: unknown)
 
 
 def encode_entry(entry: CacheEntry) -> bytes:
@@ -45,12 +49,14 @@ def encode_entry(entry: CacheEntry) -> bytes:
             entry.text,
             entry.payload,
             entry.category,
+            entry.epoch,
             entry.kb_version,
             entry.tag_versions,
             entry.negative,
             entry.hits,
             entry.tokens,
             entry.model,
+            entry.started,
         ],
         use_bin_type=True,
         unicode_errors="surrogatepass",
@@ -65,12 +71,14 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptEntry(f"undecodable value: {exc}") from None
-    if not isinstance(fields, list) or len(fields) != 10 or fields[0] != SCHEMA_VERSION:
+    if not isinstance(fields, list) or len(fields) != 12 or fields[0] != SCHEMA_VERSION:
         raise CorruptEntry("unknown schema")
-    _, text, payload, category, kb_version, tag_versions, negative, hits, tokens, model = fields
+    (_, text, payload, category, epoch, kb_version, tag_versions, negative, hits, tokens, model,
+     started) = fields  # fmt: skip
     if not (
         isinstance(text, str)
         and (category is None or isinstance(category, str))
+        and isinstance(epoch, str)
         and isinstance(kb_version, int)
         and isinstance(tag_versions, dict)
         and all(isinstance(k, str) and isinstance(v, int) for k, v in tag_versions.items())
@@ -78,8 +86,13 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         and isinstance(hits, int)
         and isinstance(tokens, int)
         and isinstance(model, str)
+        and isinstance(started, float | int)
+        and not isinstance(started, bool)
     ):
         raise CorruptEntry("fields of the wrong type")
+    if started > 0:
+        watermark = min(watermark, float(started))
     return CacheEntry(
-        text, payload, category, kb_version, tag_versions, negative, hits, watermark, tokens, model
-    )
+        text, payload, category, epoch, kb_version, tag_versions, negative, hits, watermark,
+        tokens, model, float(started),
+    )  # fmt: skip

@@ -2,13 +2,21 @@
 
 Fail-open everywhere: a store error or timeout is a miss (or a dropped write), counted in the
 metrics, and a circuit breaker stops calling a failing store for a back-off period.
+
+Freshness (``versions``): an answer is written under the versions its request *began* with; an
+invalidation that lands while the LLM runs makes it unfit to store.  Nothing is served while
+this process cannot verify its versions with the store.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import msgpack
@@ -19,14 +27,18 @@ from .entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .request import CacheRequest, exact_key
-from .stores.base import L2Store
+from .stores.base import L2Store, VersionState
 from .stores.memory import TTLLRU
-from .versions import KB, MIN_WATERMARK, VersionView, tag_meta
+from .versions import KB, MIN_WATERMARK, Stamp, VersionView, tag_meta
 
-__all__ = ["ExactHit", "ExactTier"]
+__all__ = ["ExactHit", "ExactTier", "StoreUnavailable"]
 
 log = logging.getLogger(__name__)
 TIER = "exact"
+
+
+class StoreUnavailable(Exception):
+    """The store could not say whether an entry is current (down, slow, or unverified)."""
 
 
 @dataclass(slots=True)
@@ -61,7 +73,7 @@ class ExactTier:
         self.policy = policy or TtlPolicy()
         self.l1: TTLLRU[CacheEntry] = TTLLRU(l1_max_items, l1_max_bytes)
         self.bloom = KeyFilter(bloom_capacity) if bloom and store is not None else None
-        self.versions = VersionView()
+        self.versions = VersionView(max_lag=max(2.0, 4 * refresh_s), local=store is None)
         self.refresh_s = refresh_s
         self.cache_version = cache_version
         self.volatile_context = volatile_context
@@ -70,6 +82,8 @@ class ExactTier:
         self.breaker = breaker or CircuitBreaker()
         self._next_refresh = 0.0
         self._subscribed = store is None or not store.has_pubsub
+        self._id = next(_tier_ids)  # names this tier's misses in the caller's context
+        self._policy_checked = store is None
 
     def key(self, request: CacheRequest) -> str:
         if request.namespace != self.namespace:
@@ -80,33 +94,65 @@ class ExactTier:
 
     # lookup --------------------------------------------------------------------------------
     def get(self, request: CacheRequest) -> ExactHit | None:
-        key = self.key(request)
-        reachable = self.refresh_if_due()
-        hit = self._from_l1(key)
-        if hit is not None or not self._should_read_l2(key, reachable):
+        key, tags = self.key(request), request.tags
+        done, hit = self._without_l2(key, tags, self.refresh_if_due())
+        if done:
             return hit
         try:
             record = self.store.get(key)  # type: ignore[union-attr]
         except Exception as exc:
             self._failed("read", exc)
-            return None
-        self.breaker.success()
-        if record is None:
-            self._miss()
-            return None
-        return self._from_l2(key, record)
+            return self._settled(key, tags, None)
+        return self._settled(key, tags, self._read(key, record))
 
     async def aget(self, request: CacheRequest) -> ExactHit | None:
-        key = self.key(request)
-        reachable = self.refresh_if_due()
-        hit = self._from_l1(key)
-        if hit is not None or not self._should_read_l2(key, reachable):
+        key, tags = self.key(request), request.tags
+        done, hit = self._without_l2(key, tags, await self.arefresh_if_due())
+        if done:
             return hit
         try:
             record = await self.store.aget(key)  # type: ignore[union-attr]
         except Exception as exc:
             self._failed("read", exc)
+            return self._settled(key, tags, None)
+        return self._settled(key, tags, self._read(key, record))
+
+    def _without_l2(
+        self, key: str, tags: tuple[str, ...], reachable: bool
+    ) -> tuple[bool, ExactHit | None]:
+        """(True, result) when the lookup is decided before L2: a hit in L1, or a miss (the
+        Bloom filter, the breaker, an unreachable store, or versions it cannot vouch for)."""
+        if not self.versions.verified():
+            self.metrics.incr(TIER, "unverified_skips")
+            self._miss()
+            _remember((self._id, key), _UNFIT)
+            return True, None
+        hit = self._from_l1(key)
+        if hit is not None or not self._should_read_l2(key, reachable):
+            return True, self._settled(key, tags, hit, may_ask=reachable)
+        return False, None
+
+    def _settled(
+        self, key: str, tags: tuple[str, ...], hit: ExactHit | None, may_ask: bool = True
+    ) -> ExactHit | None:
+        """A miss remembers the versions it began under, for the answer the caller will write."""
+        if hit is None:
+            _remember((self._id, key), self._stamp(tags, may_ask) or _UNFIT)
+        return hit
+
+    def _stamp(self, tags: tuple[str, ...], may_ask: bool = True) -> Stamp | None:
+        """The versions a request with ``tags`` begins under; what this view lacks (the epoch,
+        tags it has not seen) is read first.  ``None`` when that fails or ``may_ask`` is False
+        (the lookup already spent its store call): its answer will not be stored."""
+        if self.store is None:
+            return self.versions.stamp(tags)
+        names = [tag_meta(t) for t in self.versions.unknown(tags)]
+        unsure = bool(names) or not self.versions.verified()
+        if unsure and not (may_ask and self.breaker.allow() and self._poll(names)):
             return None
+        return self.versions.stamp(tags)
+
+    def _read(self, key: str, record: Any) -> ExactHit | None:
         self.breaker.success()
         if record is None:
             self._miss()
@@ -114,20 +160,25 @@ class ExactTier:
         return self._from_l2(key, record)
 
     def fetch(self, key: str) -> CacheEntry | None:
-        """The current entry stored under ``key`` (L1, then L2), or ``None``; for tiers that
-        hold references to exact entries.  Not counted as an exact-tier lookup."""
+        """The current entry stored under ``key`` (L1, then L2), or ``None`` when it is known
+        to be gone (expired, stale, corrupt); ``StoreUnavailable`` when that cannot be known
+        now.  For tiers that hold references to exact entries; not counted as a lookup."""
+        if not self.versions.verified():
+            raise StoreUnavailable("versions not verified with the store")
         entry = self.l1.get(key)
-        if entry is not None and self.versions.stale_reason(entry) is None:
-            return entry
+        if entry is not None:
+            if self._judge(entry, shared=False) is None:
+                return entry
+            self.l1.pop(key)
         if self.store is None or not key.startswith(f"tricache:{self.namespace}:x:"):
             return None
         if not self.breaker.allow():
-            return None
+            raise StoreUnavailable("circuit breaker open")
         try:
             record = self.store.get(key)
         except Exception as exc:
             self._failed("fetch", exc)
-            return None
+            raise StoreUnavailable(str(exc)) from None
         self.breaker.success()
         if record is None:
             return None
@@ -137,7 +188,7 @@ class ExactTier:
             self.metrics.incr(TIER, "corrupt")
             self._delete(key)
             return None
-        if self._stale_reason(entry) is not None:
+        if self._judge(entry, shared=True) is not None:
             self.metrics.incr(TIER, "stale")
             self._delete(key)
             return None
@@ -149,13 +200,22 @@ class ExactTier:
         self.l1.pop(key)
         self._delete(key)
 
+    def settle(self, request: CacheRequest) -> None:
+        """The miss of ``request`` was answered another way (semantic tier, FAQ): no write
+        will follow it."""
+        _recall((self._id, self.key(request)))
+
     def _from_l1(self, key: str) -> ExactHit | None:
         entry = self.l1.get(key)
         if entry is None:
             return None
-        if self.versions.stale_reason(entry) is not None:
+        try:
+            reason = self._judge(entry, shared=False)
+        except StoreUnavailable:
+            return None
+        if reason is not None:
             self.l1.pop(key)
-            return None  # L2 holds the same stale entry: it is counted and deleted there
+            return None  # L2 holds the same stale entry (or a newer one)
         entry.hits += 1
         self.metrics.incr(TIER, "hits_l1")
         return ExactHit(entry, key, "l1")
@@ -199,7 +259,11 @@ class ExactTier:
             self._delete(key)
             self._miss()
             return None
-        reason = self._stale_reason(entry)
+        try:
+            reason = self._judge(entry, shared=True)
+        except StoreUnavailable:  # cannot tell: a miss, and the entry stays
+            self._miss()
+            return None
         if reason is not None:
             self.metrics.incr(TIER, f"stale_{reason}")
             self.metrics.incr(TIER, "stale")
@@ -211,15 +275,20 @@ class ExactTier:
         self.metrics.incr(TIER, "hits_l2")
         return ExactHit(entry, key, "l2")
 
-    def _stale_reason(self, entry: CacheEntry) -> str | None:
-        """Like ``VersionView.stale_reason``, first learning the versions of tags this process
-        has not tracked yet; an entry whose tag versions cannot be learned is not served."""
-        tags = tuple(entry.tag_versions)
-        if tags and not self.versions.knows(tags):
-            self._refresh_tags(tags)
-            if not self.versions.knows(tags):
-                return "unknown_tag"
-        return self.versions.stale_reason(entry)
+    def _judge(self, entry: CacheEntry, *, shared: bool) -> str | None:
+        """Why ``entry`` is stale, or ``None``.  What this view cannot tell yet — a tag it has
+        not read, or another epoch on an entry from the store (older, or newer than the view)
+        — is asked of the store first; ``StoreUnavailable`` when it does not answer."""
+        reason = self.versions.stale_reason(entry)
+        unsure = reason == "unknown_tag" or (reason == "epoch" and shared)
+        if unsure and self.store is not None:
+            names = [tag_meta(t) for t in self.versions.unknown(list(entry.tag_versions))]
+            if not self.breaker.allow() or not self._poll(names):
+                raise StoreUnavailable("versions could not be read")
+            reason = self.versions.stale_reason(entry)
+        if reason == "unknown_tag":
+            raise StoreUnavailable("tag versions could not be read")
+        return reason
 
     def _miss(self) -> None:
         self.metrics.incr(TIER, "misses")
@@ -235,18 +304,24 @@ class ExactTier:
         negative: bool = False,
         tokens: int = 0,
         model: str = "",
+        stamp: Stamp | None = None,
     ) -> CacheEntry | None:
-        """Store an answer; ``None`` when it was not stored (too large, or dropped)."""
-        prepared = self._prepare(request, text, payload, category, negative, tokens, model)
+        """Store an answer; ``None`` when it was not stored (too large, stale, or dropped).
+        ``stamp``: the versions its request began under (by default those its lookup's miss
+        recorded, else the current ones)."""
+        prepared = self._prepare(request, text, payload, category, negative, tokens, model, stamp)
         if prepared is None:
             return None
-        key, entry, data, ttl = prepared
+        key, entry, data, ttl, stamp = prepared
         if self._may_write():
             try:
-                entry.watermark = self.store.set(key, data, ttl)  # type: ignore[union-attr]
+                written = self.store.set(key, data, ttl)  # type: ignore[union-attr]
                 self.breaker.success()
             except Exception as exc:
                 self._failed("write", exc)
+            else:
+                if not self._still_current(key, entry, stamp, written, self._poll()):
+                    return None
         return self._finish_put(key, entry, data)
 
     async def aput(
@@ -259,18 +334,35 @@ class ExactTier:
         negative: bool = False,
         tokens: int = 0,
         model: str = "",
+        stamp: Stamp | None = None,
     ) -> CacheEntry | None:
-        prepared = self._prepare(request, text, payload, category, negative, tokens, model)
+        prepared = self._prepare(request, text, payload, category, negative, tokens, model, stamp)
         if prepared is None:
             return None
-        key, entry, data, ttl = prepared
+        key, entry, data, ttl, stamp = prepared
         if self._may_write():
             try:
-                entry.watermark = await self.store.aset(key, data, ttl)  # type: ignore[union-attr]
+                written = await self.store.aset(key, data, ttl)  # type: ignore[union-attr]
                 self.breaker.success()
             except Exception as exc:
                 self._failed("write", exc)
+            else:
+                if not self._still_current(key, entry, stamp, written, await self._apoll()):
+                    return None
         return self._finish_put(key, entry, data)
+
+    def _still_current(
+        self, key: str, entry: CacheEntry, stamp: Stamp, written: float, polled: bool
+    ) -> bool:
+        """After a write the versions are read again, and an answer whose versions moved while
+        it was computed or written is deleted.  (When that read fails the entry stays: every
+        process that knows newer versions treats it as stale.)"""
+        entry.watermark = min(written, entry.started or written)
+        if not polled or self.versions.current(stamp):
+            return True
+        self.metrics.incr(TIER, "stale_writes")
+        self._delete(key)
+        return False
 
     def _may_write(self) -> bool:
         """True when L2 may be written; a write the open breaker refuses is dropped, counted."""
@@ -288,19 +380,26 @@ class ExactTier:
         payload: Any,
         category: str | None,
         negative: bool,
-        tokens: int = 0,
-        model: str = "",
-    ) -> tuple[str, CacheEntry, bytes, float] | None:
+        tokens: int,
+        model: str,
+        stamp: Stamp | None,
+    ) -> tuple[str, CacheEntry, bytes, float, Stamp] | None:
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
         key = self.key(request)
         category = category or request.category
-        if request.tags and not self.versions.knows(request.tags):
-            self._refresh_tags(request.tags)
-        kb, tag_versions = self.versions.stamp(request.tags)
+        # the versions its lookup began under; an update with no lookup: the current ones
+        stamp = stamp or _recall((self._id, key)) or self._stamp(request.tags) or _UNFIT
+        if stamp is _UNFIT:  # its versions could not be read when it began
+            self.metrics.incr(TIER, "unverified_writes")
+            return None
+        if set(stamp.tags) != set(request.tags) or not self.versions.current(stamp):
+            self.metrics.incr(TIER, "stale_writes")  # the versions moved during the call
+            return None
         entry = CacheEntry(
-            text, payload, category, kb, tag_versions, negative, tokens=tokens, model=model
-        )
+            text, payload, category, stamp.epoch, stamp.kb, dict(stamp.tags), negative,
+            tokens=tokens, model=model, started=stamp.started,
+        )  # fmt: skip
         try:
             data = encode_entry(entry)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -308,8 +407,8 @@ class ExactTier:
         if len(data) > self.max_value_bytes:
             self.metrics.incr(TIER, "too_large")
             return None
-        entry.watermark = time.time()
-        return key, entry, data, self.policy.ttl(category, negative=negative)
+        entry.watermark = stamp.started
+        return key, entry, data, self.policy.ttl(category, negative=negative), stamp
 
     def _finish_put(self, key: str, entry: CacheEntry, data: bytes) -> CacheEntry:
         if self.bloom is not None:
@@ -325,85 +424,148 @@ class ExactTier:
     def refresh_if_due(self) -> bool:
         """Poll shared versions and the Bloom write log, at most once per ``refresh_s``;
         ``False`` when that poll just failed."""
-        now = time.monotonic()
-        if now < self._next_refresh or self.store is None:
+        if not self._poll_due():
             return True
+        return self._poll()
+
+    async def arefresh_if_due(self) -> bool:
+        if not self._poll_due():
+            return True
+        return await self._apoll()
+
+    def _poll_due(self) -> bool:
+        """Every ``refresh_s``, and at each lookup while the versions are unverified (the
+        breaker spaces those out when the store is down)."""
+        now = time.monotonic()
+        if self.store is None or (now < self._next_refresh and self.versions.verified()):
+            return False
         self._next_refresh = now + self.refresh_s
-        if not self.breaker.allow():
+        return self.breaker.allow()
+
+    def _poll(self, names: list[str] | None = None) -> bool:
+        """Bring the versions up to date (plus ``names``); ``False`` when the store failed."""
+        if self.store is None:
             return True
         try:
-            if not self._subscribed:
-                self.store.subscribe(self.namespace, self._on_event)
-                self._subscribed = True
-            self.versions.refresh(self.store, self.namespace)
-            if self.bloom is not None and not self.bloom.ready:
-                self.bloom.sync(self.store, self.namespace)  # starts the background load
+            self._subscribe()
+            for _ in range(_POLLS_PER_REFRESH):
+                asked, (epoch, after) = time.time(), self.versions.position()
+                state = self.store.poll(self.namespace, epoch, after, names or ())
+                if self._take(state, asked, after):
+                    break
+                names = None
+            self._after_poll()
         except Exception as exc:
             self._failed("refresh", exc)
             return False
         self.breaker.success()
         return True
 
-    def _refresh_tags(self, tags: tuple[str, ...]) -> None:
-        if self.store is None or not self.breaker.allow():
-            return
+    async def _apoll(self, names: list[str] | None = None) -> bool:
+        if self.store is None:
+            return True
         try:
-            self.versions.refresh(self.store, self.namespace, tags)
+            self._subscribe()
+            for _ in range(_POLLS_PER_REFRESH):
+                asked, (epoch, after) = time.time(), self.versions.position()
+                state = await self.store.apoll(self.namespace, epoch, after, names or ())
+                if self._take(state, asked, after):
+                    break
+                names = None
+            self._after_poll()
         except Exception as exc:
             self._failed("refresh", exc)
-        else:
-            self.breaker.success()
+            return False
+        self.breaker.success()
+        return True
+
+    def _subscribe(self) -> None:
+        if not self._subscribed:
+            self.store.subscribe(self.namespace, self._on_event)  # type: ignore[union-attr]
+            self._subscribed = True
+
+    def _take(self, state: VersionState, asked: float, after: int) -> bool:
+        """Apply one poll's answer; ``True`` when the view is now up to date."""
+        if self.versions.went_back(state, after):  # restored from an older snapshot: trust nothing
+            log.warning("tricache: %s lost version changes; starting a new epoch", self.store_name)
+            self.metrics.incr(TIER, "epochs_restarted")
+            self.store.new_epoch(self.namespace, state.epoch)  # type: ignore[union-attr]
+            return False
+        self._learn(state, asked)
+        return state.upto >= state.seq
+
+    def _learn(self, state: VersionState, asked: float | None = None) -> None:
+        before = (self.versions.epoch, self.versions.kb, self.versions.min_watermark)
+        if self.versions.apply(state, asked_at=asked) and before[0]:
+            self.metrics.incr(TIER, "new_epochs")
+        if (self.versions.epoch, self.versions.kb, self.versions.min_watermark) != before:
+            self._sweep_l1()
+
+    def _after_poll(self) -> None:
+        if self.bloom is not None and not self.bloom.ready:
+            self.bloom.sync(self.store, self.namespace)  # type: ignore[arg-type]  # starts the load
+        if not self._policy_checked:
+            self._policy_checked = True
+            _warn_if_evicting(self.store.eviction_policy())  # type: ignore[union-attr]
+
+    def _sweep_l1(self) -> None:
+        fresh = (None, "unknown_tag")  # an unknown tag is read when the entry is next asked for
+        dropped = self.l1.remove_if(lambda e: self.versions.stale_reason(e) not in fresh)
+        if dropped:
+            self.metrics.incr(TIER, "l1_invalidated", dropped)
 
     def invalidate(self, tag: str) -> int:
         """Make every entry written under ``tag`` unreachable, in every process."""
-        return self._bump(tag_meta(tag))
+        return int(self._change(tag_meta(tag), None))
 
     def bump_kb_version(self) -> int:
         """New knowledge-base version: every existing entry of the namespace becomes stale."""
-        return self._bump(KB)
+        return int(self._change(KB, None))
 
-    def set_min_watermark(self, watermark: float) -> None:
-        """Entries written before ``watermark`` (store clock, epoch seconds) become stale."""
-        if self.store is not None:
-            self.store.write_meta(self.namespace, MIN_WATERMARK, watermark)
-            self._publish(MIN_WATERMARK, watermark)
-        self._apply(MIN_WATERMARK, watermark)
+    def set_min_watermark(self, watermark: float | None = None) -> float:
+        """Entries whose requests began before ``watermark`` become stale; the time is on the
+        store's clock (``None``: the store's clock now).  Returns the floor set."""
+        return self._change(MIN_WATERMARK, watermark)
 
-    def _bump(self, name: str) -> int:
+    def _change(self, name: str, value: float | None) -> float:
         """Raises when the store is unreachable: an invalidation must not be lost silently."""
         if self.store is None:
-            version = int(self.versions.get(name)) + 1
+            state = VersionState(self.versions.epoch, time.time(), 0, 0,
+                                 {name: self.versions.next_local(name, value)})  # fmt: skip
+        elif name == MIN_WATERMARK:
+            state = self.store.set_floor(self.namespace, value)
         else:
-            version = self.store.bump_meta(self.namespace, name)
-            self._publish(name, version)
-        self._apply(name, version)
-        return version
+            state = self.store.bump(self.namespace, name)
+        self._learn(state)
+        if self.store is not None:
+            self._publish([state.epoch, name, state.values[name]])
+        return state.values[name]
 
-    def _publish(self, name: str, value: float) -> None:
+    def _publish(self, event: list[Any]) -> None:
         try:
-            self.store.publish(self.namespace, msgpack.packb([name, value]))  # type: ignore[union-attr]
+            self.store.publish(self.namespace, msgpack.packb(event))  # type: ignore[union-attr]
         except Exception as exc:  # other processes still learn it by polling
             log.warning("tricache: invalidation event not published: %s", exc)
 
     def _on_event(self, message: bytes) -> None:
         try:
-            name, value = msgpack.unpackb(message)
-            self._apply(str(name), float(value))
+            epoch, name, value = msgpack.unpackb(message)
+            known = self.versions.observe(str(epoch), str(name), float(value))
         except Exception:
             self.metrics.incr(TIER, "bad_events")
-
-    def _apply(self, name: str, value: float) -> None:
-        self.versions.observe(name, value)
-        dropped = self.l1.remove_if(lambda e: self.versions.stale_reason(e) is not None)
-        if dropped:
-            self.metrics.incr(TIER, "l1_invalidated", dropped)
+            return
+        if not known:  # another epoch (or a new one): ask the store at the next lookup
+            self._next_refresh = 0.0
+        elif name in (KB, MIN_WATERMARK):
+            self._sweep_l1()
 
     def evict(self) -> dict[str, int]:
         """Delete every stale or corrupt entry of the namespace from L2 (active eviction)."""
         counts = {"scanned": 0, "stale": 0, "corrupt": 0}
         if self.store is None:
             return counts
-        self.versions.refresh(self.store, self.namespace)
+        if not self._poll():
+            raise StoreUnavailable(f"{self.store_name} did not answer")
         doomed = []
         for key, record in self.store.scan(self.namespace):
             counts["scanned"] += 1
@@ -413,18 +575,22 @@ class ExactTier:
                 counts["corrupt"] += 1
                 doomed.append(key)
                 continue
-            if self._stale_reason(entry) is not None:
+            if self._judge(entry, shared=True) is not None:
                 counts["stale"] += 1
                 doomed.append(key)
         self.store.delete(doomed)
-        self.l1.remove_if(lambda e: self.versions.stale_reason(e) is not None)
+        self._sweep_l1()
         return counts
 
     def clear(self) -> None:
-        """Drop every entry of the namespace (L1 and L2); versions are kept."""
+        """Drop every entry of the namespace, in L2 and in every process's L1: a new epoch
+        makes whatever survives (in L1s, in a store that missed the deletes) stale."""
         self.l1.clear()
         if self.store is not None:
+            epoch = self.store.new_epoch(self.namespace, None)
+            self._publish([epoch, "", 0])
             self.store.clear(self.namespace)
+            self._poll()
 
     # failures ------------------------------------------------------------------------------
     def _failed(self, what: str, exc: Exception) -> None:
@@ -451,3 +617,44 @@ class ExactTier:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+_UNFIT = Stamp("", 0, 0.0)  # never current: the answer of its request is not stored
+_POLLS_PER_REFRESH = 4  # a poll returns up to 5,000 changes; a view far behind asks again
+
+
+def _warn_if_evicting(policy: str | None) -> None:
+    """Redis evicting keys that have no TTL can drop the version state: no stale answer
+    follows (a new epoch starts), but every cached entry of the namespace is lost with it."""
+    if policy and policy.startswith("allkeys"):
+        log.warning(
+            "tricache: Redis maxmemory-policy is %s: evicting the version state empties the "
+            "cache (safely). Use volatile-lru, volatile-ttl or noeviction (docs/security.md).",
+            policy,
+        )
+
+
+def _remember(key: tuple[int, str], stamp: Stamp) -> None:
+    """Record, in the caller's context (its thread or task), the versions a miss began under:
+    the answer that context computes for ``key`` (a tier's id, an exact key) is written with
+    them."""
+    began = {k: v for k, v in _began.get().items() if k != key}
+    began[key] = stamp
+    if len(began) > _BEGAN_KEPT:
+        began = dict(list(began.items())[-_BEGAN_KEPT:])
+    _began.set(began)  # a new dict: other contexts keep theirs
+
+
+def _recall(key: tuple[int, str]) -> Stamp | None:
+    began = _began.get()
+    if key not in began:
+        return None
+    _began.set({k: v for k, v in began.items() if k != key})
+    return began[key]
+
+
+_began: ContextVar[Mapping[tuple[int, str], Stamp]] = ContextVar(
+    "tricache_began", default=MappingProxyType({})
+)
+_tier_ids = itertools.count()
+_BEGAN_KEPT = 256  # misses remembered per context (a batch of prompts misses together)

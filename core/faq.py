@@ -15,6 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from .embed import Embedder
 from .guards import Guard, antonym, check, entity, negation, number, order, wh_word
+from .request import normalize_query, text_bytes
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
 
@@ -45,6 +47,19 @@ END;
 CREATE TRIGGER IF NOT EXISTS faq_forms_ad AFTER DELETE ON faq_forms BEGIN
     INSERT INTO faq_fts(faq_fts, rowid, text) VALUES ('delete', old.id, old.text);
 END;
+-- 'next_id' (ids are never reused: a process holding old vectors cannot match a new answer)
+-- and 'version:<namespace>' (every change: other processes reload their vectors)
+CREATE TABLE IF NOT EXISTS faq_state (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+-- answers reported wrong for a question (Cache.feedback): not served to it again
+CREATE TABLE IF NOT EXISTS faq_rejections (
+    namespace TEXT NOT NULL, faq_id INTEGER NOT NULL, question TEXT NOT NULL,
+    PRIMARY KEY (namespace, faq_id, question)
+);
+"""
+_NEXT_ID = """
+INSERT INTO faq_state (name, value) VALUES ('next_id', 1 + max(
+    (SELECT coalesce(max(id), 0) FROM faq), (SELECT coalesce(max(id), 0) FROM faq_forms)))
+ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value
 """
 
 
@@ -92,30 +107,34 @@ class FaqStore:
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         self._matrix: tuple[np.ndarray, list[int]] | None = None  # vectors, form ids
+        self._loaded_version = -1  # the FAQ version self._matrix was read at
 
     # writing -------------------------------------------------------------------------------
     def add(self, entries: Iterable[FaqEntry]) -> int:
         """Insert entries (each with its paraphrases); returns how many."""
         count = 0
         with self._lock:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
             try:
                 for entry in entries:
-                    faq_id = self._db.execute(
-                        "INSERT INTO faq (namespace, question, answer, tags, lang)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (self.namespace, entry.question, entry.answer,
+                    faq_id = self._new_id()
+                    self._db.execute(
+                        "INSERT INTO faq (id, namespace, question, answer, tags, lang)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (faq_id, self.namespace, entry.question, entry.answer,
                          json.dumps(list(entry.tags)), entry.lang),
-                    ).lastrowid  # fmt: skip
+                    )  # fmt: skip
                     forms = list(dict.fromkeys([entry.question, *entry.paraphrases]))
                     vectors = self._vectors(forms)
                     for i, form in enumerate(forms):
                         blob = vectors[i].tobytes() if vectors is not None else None
                         self._db.execute(
-                            "INSERT INTO faq_forms (faq_id, text, vector) VALUES (?, ?, ?)",
-                            (faq_id, form, blob),
+                            "INSERT INTO faq_forms (id, faq_id, text, vector) VALUES (?, ?, ?, ?)",
+                            (self._new_id(), faq_id, form, blob),
                         )
                     count += 1
+                if count:
+                    self._bump_version()
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -123,14 +142,54 @@ class FaqStore:
             self._matrix = None
         return count
 
+    def _new_id(self) -> int:
+        return int(self._db.execute(_NEXT_ID).fetchone()[0])
+
+    def _bump_version(self) -> None:
+        self._db.execute(
+            "INSERT INTO faq_state (name, value) VALUES (?, 1)"
+            " ON CONFLICT(name) DO UPDATE SET value = value + 1",
+            (f"version:{self.namespace}",),
+        )
+
+    def version(self) -> int:
+        """Changes made to this namespace's FAQ, by any process."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT value FROM faq_state WHERE name = ?", (f"version:{self.namespace}",)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def import_file(self, path: str | Path) -> int:
         """Import CSV or JSONL with question, answer and optional paraphrases, tags, lang."""
         return self.add(read_entries(path))
 
     def clear(self) -> None:
         with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM faq WHERE namespace = ?", (self.namespace,))
+            self._db.execute("DELETE FROM faq_rejections WHERE namespace = ?", (self.namespace,))
+            self._bump_version()
+            self._db.execute("COMMIT")
             self._matrix = None
+
+    def reject(self, faq_id: int, question: str) -> None:
+        """``faq_id``'s answer was wrong for a question (given by its ``question_key``): never
+        serve it to that question again (other questions it matches still get it)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO faq_rejections (namespace, faq_id, question)"
+                " VALUES (?, ?, ?)",
+                (self.namespace, faq_id, question),
+            )
+
+    def _rejected(self, faq_id: int, question: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM faq_rejections WHERE namespace = ? AND faq_id = ? AND question = ?",
+                (self.namespace, faq_id, question_key(question)),
+            ).fetchone()
+        return row is not None
 
     def count(self) -> int:
         with self._lock:
@@ -177,7 +236,7 @@ class FaqStore:
             if match.score < self.threshold:
                 break
             if check(match.matched, query, self.guards)[0] is None:
-                return match
+                return None if self._rejected(match.faq_id, query) else match
         return None
 
     # internals -----------------------------------------------------------------------------
@@ -187,7 +246,9 @@ class FaqStore:
         return np.asarray(self.embedder.embed([_embeddable(t) for t in texts]), dtype=np.float32)
 
     def _vector_matrix(self) -> tuple[np.ndarray, list[int]]:
-        if self._matrix is None:
+        version = self.version()  # another process may have changed the FAQ
+        if self._matrix is None or version != self._loaded_version:
+            self._loaded_version = version
             with self._lock:
                 rows = self._db.execute(
                     "SELECT f.id, f.vector FROM faq_forms f JOIN faq q ON q.id = f.faq_id"
@@ -245,6 +306,11 @@ class FaqStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def question_key(question: str) -> str:
+    """How a rejected question is remembered: a digest of its normalized form."""
+    return blake2b(text_bytes(normalize_query(question)), digest_size=16).hexdigest()
 
 
 def _fts_terms(query: str) -> str:

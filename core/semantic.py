@@ -31,6 +31,7 @@ import numpy as np
 from .audit import AuditLog
 from .embed import Embedder
 from .entry import CacheEntry
+from .exact import StoreUnavailable
 from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
 from .metrics import Metrics
 from .question import Located, locate
@@ -70,6 +71,7 @@ class SemanticHit:
     point_id: str
     score: float
     question: str  # the cached question it matched
+    ref: str  # the exact-tier key of the matched question's answer
 
 
 @dataclass(slots=True)
@@ -139,7 +141,8 @@ class SemanticTier:
         self, request: CacheRequest, resolve: Callable[[str], CacheEntry | None]
     ) -> SemanticHit | None:
         """The best guarded match for ``request``; ``resolve`` turns a stored reference into
-        the current entry (``None`` when it expired or went stale)."""
+        the current entry (``None`` when it expired or went stale, ``StoreUnavailable`` when
+        that cannot be known now)."""
         decision = Decision(_hash(request.query))
         try:
             return self._decide(request, resolve, decision)
@@ -178,7 +181,13 @@ class SemanticTier:
                 decision.rejected[candidate.id] = reason
                 self.metrics.incr(TIER, f"guard_{reason}")
                 continue
-            entry = resolve(str(candidate.payload.get("ref", "")))
+            ref = str(candidate.payload.get("ref", ""))
+            try:
+                entry = resolve(ref)
+            except StoreUnavailable:  # not known to be gone: the point stays
+                decision.rejected[candidate.id] = "unavailable"
+                self.metrics.incr(TIER, "unresolved")
+                continue
             if entry is None:  # the response expired or went stale: the point goes too
                 decision.rejected[candidate.id] = "gone"
                 self.index.delete([candidate.id])
@@ -186,7 +195,7 @@ class SemanticTier:
             decision.hit, decision.score = candidate.id, round(candidate.score, 4)
             self.metrics.incr(TIER, "hits")
             self.metrics.incr(TIER, f"hits_score_{_band(candidate.score)}")
-            return SemanticHit(entry, candidate.id, candidate.score, question)
+            return SemanticHit(entry, candidate.id, candidate.score, question, ref)
         self.metrics.incr(TIER, "misses")
         return None
 
@@ -280,8 +289,9 @@ class SemanticTier:
         self.metrics.incr(TIER, "writes")
         return point_id
 
-    def forget(self, point_id: str) -> None:
-        self.index.delete([point_id])
+    def forget(self, ref: str, namespace: str) -> None:
+        """Remove the question indexed for the exact entry ``ref`` of ``namespace``."""
+        self.index.delete_where({"namespace": namespace, "ref": ref})
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})

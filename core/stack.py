@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -24,7 +25,7 @@ from .audit import AuditLog
 from .breaker import CircuitBreaker
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
-from .faq import FaqEntry, FaqStore
+from .faq import FaqEntry, FaqStore, question_key
 from .guards import DEFAULT_GUARDS, Guard, is_cacheable
 from .home import data_dir
 from .metrics import Metrics
@@ -219,7 +220,7 @@ class Cache:
             return self._exact_hit(found)
         if not semantic:
             return None
-        return self._semantic_lookup(request) or self._faq_lookup(request)
+        return self._answered(request, self._semantic_lookup(request) or self._faq_lookup(request))
 
     async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
         self._check(request)
@@ -238,9 +239,16 @@ class Cache:
         if not semantic:
             return None
         # embedding is CPU work: keep the event loop free while it runs
-        return await asyncio.to_thread(
+        hit = await asyncio.to_thread(
             lambda: self._semantic_lookup(request) or self._faq_lookup(request)
         )
+        return self._answered(request, hit)
+
+    def _answered(self, request: CacheRequest, hit: Hit | None) -> Hit | None:
+        """After an exact miss: a hit from another tier means no answer will be written."""
+        if hit is not None:
+            self.exact.settle(request)
+        return hit
 
     def _exact_hit(self, found: ExactHit) -> Hit | None:
         entry = found.entry
@@ -288,7 +296,7 @@ class Cache:
             return None
         self.metrics.incr("faq", "hits")
         entry = CacheEntry(match.answer, {"faq_id": match.faq_id, "question": match.question})
-        entry_id = f"faq:{match.faq_id}"
+        entry_id = f"faq:{match.faq_id}:{question_key(located.question)}"
         return Hit(match.answer, entry.payload, "faq", "sqlite", entry_id, entry, match.score,
                    entry_id, match.matched)  # fmt: skip
 
@@ -354,14 +362,15 @@ class Cache:
     def _semantic_hit(self, request: CacheRequest, found: SemanticHit) -> Hit:
         entry = found.entry
         self._count_savings("semantic", entry)
-        self._recent_hits[found.point_id] = (found.question, request.query, found.score)
+        entry_id = f"s:{found.ref}"
+        self._recent_hits[entry_id] = (found.question, request.query, found.score)
         while len(self._recent_hits) > 1000:
             self._recent_hits.popitem(last=False)
         ref = str(self.exact.key(request))  # informative only: the hit's own exact key
         level = tier.index.name if (tier := self._semantic) else "index"
         return Hit(
             entry.text, _fresh(entry.payload), "semantic", level, ref, entry, found.score,
-            found.point_id, found.question,
+            entry_id, found.question,
         )  # fmt: skip
 
     # write ---------------------------------------------------------------------------------
@@ -443,23 +452,45 @@ class Cache:
 
     # feedback, versions and maintenance ----------------------------------------------------
     def feedback(self, entry_id: str, *, correct: bool) -> None:
-        """Report whether a served answer was right.  A wrong semantic hit removes the matched
-        question from the semantic tier (its exact entry still answers the same question); a
-        wrong exact hit removes the entry.  Both are recorded for calibration."""
-        if not isinstance(entry_id, str) or not entry_id:
-            raise TypeError("entry_id must be the non-empty Hit.entry_id of a served answer")
+        """Report whether a served answer was right (``entry_id``: the ``Hit.entry_id``).
+
+        A wrong exact hit deletes that entry, a wrong semantic hit removes the matched question
+        from the semantic tier (its own question still gets it), a wrong FAQ answer is not
+        served to that question again.  Nothing outside this cache's namespace is touched;
+        an id that is not one of its hits' is a ``ValueError``.  Recorded for calibration."""
+        kind, target = self._feedback_target(entry_id)
         cached_q, new_q, score = self._recent_hits.get(entry_id, (None, None, None))
         tier = self.semantic
         if tier is not None and tier.audit is not None:
-            tier.audit.feedback(entry_id, correct, cached_q, new_q, score)
+            tier.audit.feedback(entry_id, bool(correct), cached_q, new_q, score)
         self.metrics.incr("feedback", "correct" if correct else "wrong")
         if correct:
             return
-        if entry_id.startswith("tricache:"):
-            self.exact.delete(entry_id)
-            entry_id = _point_id(entry_id)
+        if kind == "faq":
+            if (store := self.faq) is not None:
+                store.reject(*target)
+            return
+        if kind == "exact":
+            self.exact.delete(target)
         if tier is not None:
-            tier.forget(entry_id)
+            tier.forget(target, self.namespace)
+
+    def _feedback_target(self, entry_id: str) -> tuple[str, Any]:
+        """("exact" | "semantic", key) or ("faq", (id, question)) for a hit's ``entry_id``."""
+        if not isinstance(entry_id, str):
+            raise TypeError("entry_id must be the Hit.entry_id of a served answer")
+        key = re.compile(rf"tricache:{re.escape(self.namespace)}:x:[0-9a-f]{{40}}")
+        if key.fullmatch(entry_id):
+            return "exact", entry_id
+        if entry_id.startswith("s:") and key.fullmatch(entry_id[2:]):
+            return "semantic", entry_id[2:]
+        faq = re.fullmatch(r"faq:([0-9]{1,18}):([0-9a-f]{32})", entry_id)
+        if faq:
+            return "faq", (int(faq.group(1)), faq.group(2))
+        raise ValueError(
+            f"not the entry_id of a hit of this cache (namespace {self.namespace!r}): "
+            f"{entry_id[:80]!r}"
+        )
 
     def invalidate(self, tag: str) -> int:
         """Entries written under ``tag`` become unreachable everywhere; returns its new version.
@@ -476,10 +507,13 @@ class Cache:
         return self.exact.bump_kb_version()
 
     def set_min_watermark(self, watermark: float | None = None) -> float:
-        """Entries written before ``watermark`` (default: now) become stale."""
-        watermark = time.time() if watermark is None else float(watermark)
-        self.exact.set_min_watermark(watermark)
-        return watermark
+        """Entries whose requests began before ``watermark`` become stale, in every process.
+        The time is on the store's clock (Redis ``TIME``), seconds since the Unix epoch; the
+        default, the store's clock now, needs no agreement between clocks.  Returns the floor
+        set.  Raises when the store is unreachable, like ``invalidate``."""
+        if watermark is not None and not isinstance(watermark, int | float):
+            raise TypeError("watermark must be seconds since the Unix epoch, or None for now")
+        return self.exact.set_min_watermark(None if watermark is None else float(watermark))
 
     def evict(self) -> dict[str, int]:
         """Delete stale and corrupt entries (and expired semantic points); returns the counts."""
@@ -561,12 +595,6 @@ def _fresh(payload: Any) -> Any:
             packed, raw=False, strict_map_key=False, unicode_errors="surrogatepass"
         )
     return payload
-
-
-def _point_id(key: str) -> str:
-    from .semantic import point_id_for
-
-    return point_id_for(key)
 
 
 def _open_store(

@@ -40,6 +40,36 @@ def hold_until_invalidated(options: dict[str, Any], ready: Queue, started: Queue
         ready.put(None)
 
 
+def serve_until_told(
+    options: dict[str, Any], questions: list[str], ready: Queue, go: Queue, out: Queue
+) -> None:
+    """Answer ``questions`` (tag "handbook") with "old" answers and keep serving them from L1;
+    after the parent's invalidation (a wall-clock time sent on ``go``) keep asking for 3 s and
+    report every "old" answer served to a lookup begun more than 1.5 s after it."""
+    with Cache(**options) as cache:
+        requests = [cache.request(q, tags=["handbook"]) for q in questions]
+        for request in requests:
+            assert cache.lookup(request) is None
+            cache.update(request, f"old: {request.query}")
+        assert all(cache.lookup(r) is not None for r in requests)
+        ready.put("serving")
+        invalidated_at = go.get(timeout=60)
+        stale_after, last_old, lookups_after = [], 0.0, 0
+        while time.time() < invalidated_at + 3:
+            for request in requests:
+                began = time.time()
+                hit = cache.lookup(request)
+                if began > invalidated_at + 1.5:
+                    lookups_after += 1
+                if hit is not None and hit.text.startswith("old"):
+                    last_old = began - invalidated_at
+                    if began > invalidated_at + 1.5:
+                        stale_after.append(round(last_old, 3))
+            time.sleep(0.01)
+        out.put({"stale_after": stale_after, "last_old_s": last_old,
+                 "lookups_after": lookups_after})  # fmt: skip
+
+
 def open_cache_and_report(path: str, results: Queue) -> None:
     """Open a cache on a path whose vector index another process holds."""
     with Cache(path=path) as cache:

@@ -119,9 +119,9 @@ def test_unreachable_cluster_is_a_miss_not_an_error() -> None:
     cache = Cache(redis_url=f"redis://127.0.0.1:{free_port()}/0", cluster=True, namespace="x")
     req = cache.request("q")
     assert cache.lookup(req) is None
-    assert cache.update(req, "a") is True  # kept in L1
-    assert cache.lookup(req).level == "l1"  # type: ignore[union-attr]
-    assert cache.stats()["exact"]["dropped_writes"] == 1
+    assert cache.update(req, "a") is False  # its versions cannot be vouched for: not kept
+    assert cache.lookup(req) is None
+    assert cache.stats()["exact"]["unverified_writes"] == 1
 
 
 def test_coalescing_locks_on_redis_cluster(cluster_url: str) -> None:

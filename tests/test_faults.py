@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from tricache import Cache
+from tricache.breaker import CircuitBreaker
 
 from conftest import RedisServer, free_port
 
@@ -51,14 +52,23 @@ def test_redis_killed_and_restarted_mid_workload(private_redis: RedisServer) -> 
     cache.close()
 
 
-def test_redis_down_from_the_start_still_serves_l1() -> None:
-    cache = Cache(redis_url=f"redis://127.0.0.1:{free_port()}/0", namespace="down")
+def test_redis_down_from_the_start_is_a_fast_miss_that_stores_nothing(tmp_path: Path) -> None:
+    # Nothing can be vouched for: another process may be invalidating through a Redis this one
+    # cannot reach.  So no answer is served or kept, and no call raises.
+    server = RedisServer(tmp_path)
+    cache = Cache(redis_url=server.url, namespace="down", semantic=False, faq=False)
     req = cache.request("hello")
     assert cache.lookup(req) is None
-    assert cache.update(req, "hi") is True  # kept in L1, the L2 write dropped and counted
-    assert cache.lookup(req).text == "hi"  # type: ignore[union-attr]
+    assert cache.update(req, "hi") is False
+    assert cache.lookup(req) is None
     stats = cache.stats()["exact"]
-    assert stats["dropped_writes"] == 1
+    assert stats["unverified_skips"] == 2 and stats["unverified_writes"] == 1
+    server.start()  # the store comes up: caching starts
+    cache.exact.breaker = CircuitBreaker()
+    assert cache.lookup(req) is None
+    assert cache.update(req, "hi") is True
+    assert cache.lookup(req).text == "hi"  # type: ignore[union-attr]
+    server.stop()
 
 
 def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(

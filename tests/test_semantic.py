@@ -145,7 +145,7 @@ def test_feedback_removes_a_wrong_semantic_match(cache: Cache) -> None:
     assert audit is not None
     rows = audit.recent(5, "feedback")
     assert rows[0]["correct"] == 0 and rows[0]["cached_question"] == "How do I delete a project?"
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError):
         cache.feedback("", correct=True)
 
 

@@ -71,12 +71,19 @@ def test_tags_are_sorted_and_deduplicated() -> None:
 
 # entry codec --------------------------------------------------------------------------------
 def test_entry_round_trips_plain_data() -> None:
-    payload = {"generations": [{"text": "hi", "info": None}], "raw": b"\x00\xff", "n": 1.5}
-    entry = CacheEntry("hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4, 0.0, 52, "m")
+    payload = {
+        "generations": [{"text": "hi", "info": None}],
+        "raw": b"\x00\xff",
+        "n": 1.5,
+        "logit_bias": {50256: -100, -1: 0.5},  # integer keys, as LLM settings hold them
+    }
+    fields = dict(category="knowledge", epoch="e1", kb_version=3, tag_versions={"docs": 2},
+                  hits=4, tokens=52, model="m")  # fmt: skip
+    entry = CacheEntry("hi \ud800", payload, started=120.0, **fields)  # type: ignore[arg-type]
     back = decode_entry(encode_entry(entry), 123.5)
-    assert back == CacheEntry(
-        "hi \ud800", payload, "knowledge", 3, {"docs": 2}, False, 4, 123.5, 52, "m"
-    )
+    # as old as its request: the earlier of its start and the store's write time
+    assert back == CacheEntry("hi \ud800", payload, watermark=120.0, started=120.0, **fields)  # type: ignore[arg-type]
+    assert decode_entry(encode_entry(CacheEntry("t")), 99.0).watermark == 99.0
 
 
 @pytest.mark.parametrize(
@@ -85,9 +92,12 @@ def test_entry_round_trips_plain_data() -> None:
         b"",
         b"\xc1",
         b"random bytes that are not msgpack \xff\xfe",
-        msgpack.packb([SCHEMA_VERSION + 1, "t", None, None, 0, {}, False, 0, 0, ""]),
-        msgpack.packb([SCHEMA_VERSION, 5, None, None, 0, {}, False, 0, 0, ""]),
-        msgpack.packb([SCHEMA_VERSION, "t", None, None, 0, {"tag": "x"}, False, 0, 0, ""]),
+        msgpack.packb([SCHEMA_VERSION + 1, "t", None, None, "e", 0, {}, False, 0, 0, "", 0.0]),
+        msgpack.packb([SCHEMA_VERSION, 5, None, None, "e", 0, {}, False, 0, 0, "", 0.0]),
+        msgpack.packb([SCHEMA_VERSION, "t", None, None, "e", 0, {"tag": "x"}, False, 0, 0, "", 0]),
+        msgpack.packb([SCHEMA_VERSION, "t", None, None, 7, 0, {}, False, 0, 0, "", 0.0]),
+        msgpack.packb([SCHEMA_VERSION, "t", None, None, "e", 0, {}, False, 0, 0, "", "x"]),
+        msgpack.packb([SCHEMA_VERSION - 1, "t", None, None, 0, {}, False, 0, 0, ""]),
         msgpack.packb({"not": "a list"}),
         encode_entry(CacheEntry("truncated " * 10))[:-3],
     ],

@@ -1,9 +1,16 @@
 """The interface every L2 store (Redis, SQLite) offers the exact tier.
 
 Keys are full strings (``tricache:<namespace>:x:<digest>``); values are opaque bytes.  Besides
-entries a store keeps per-namespace *meta* numbers (tag versions, the knowledge-base version,
-the minimum acceptable watermark) and a write log that lets each process's Bloom filter learn
-the keys other processes wrote.
+entries a store keeps each namespace's *version state* (``VersionState``) and a write log that
+lets each process's Bloom filter learn the keys other processes wrote.
+
+The version state is an **epoch** (a random id) plus numbers that only grow inside it: the
+knowledge-base version ``kb``, one version per tag ``tag:<name>``, the floor ``min_wm`` (a time
+on the store's clock), and ``seq``, which counts changes.  Every change records its name with
+the new ``seq``, so a reader asks for "what changed after the ``seq`` I have seen" and pays for
+the changes, not for the number of tags.  When the state is missing or damaged (evicted, the
+server restarted empty, deleted by hand) the store starts a new epoch: every entry written
+under the old one is stale, in every process.
 """
 
 from __future__ import annotations
@@ -11,12 +18,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["L2Store", "Record", "WrittenKeys"]
+__all__ = ["L2Store", "Record", "VersionState", "WrittenKeys"]
 
 
 class Record(NamedTuple):
     value: bytes
     watermark: float  # the store's clock when the value was written, seconds since the epoch
+
+
+class VersionState(NamedTuple):
+    """What a store said about a namespace's versions, in one atomic read or change."""
+
+    epoch: str  # the current epoch (a new one was made if the state was missing)
+    clock: float  # the store's clock at that moment, seconds since the Unix epoch
+    seq: int  # changes made in this epoch so far
+    upto: int  # ``values`` hold every change up to this seq (< seq: ask again from here)
+    values: dict[str, float]  # changed (or asked) names -> current value; absent names are 0
 
 
 class WrittenKeys(NamedTuple):
@@ -39,9 +56,31 @@ class L2Store(Protocol):
     async def aset(self, key: str, value: bytes, ttl: float) -> float: ...
     async def adelete(self, keys: Sequence[str]) -> None: ...
 
-    def read_meta(self, namespace: str, names: Sequence[str]) -> dict[str, float]: ...
-    def bump_meta(self, namespace: str, name: str) -> int: ...
-    def write_meta(self, namespace: str, name: str, value: float) -> None: ...
+    def poll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        """Names changed after seq ``after`` of ``epoch`` (all of them when the epoch is not
+        the current one), plus ``names``, with their current values."""
+        ...
+
+    async def apoll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState: ...
+    def bump(self, namespace: str, name: str) -> VersionState:
+        """Add 1 to ``name``; ``values`` holds its new value."""
+        ...
+
+    def set_floor(self, namespace: str, value: float | None) -> VersionState:
+        """Set ``min_wm`` to ``value`` (``None``: the store's clock now)."""
+        ...
+
+    def new_epoch(self, namespace: str, replacing: str | None) -> str:
+        """Start a new epoch (only if the current one is still ``replacing``, when given)."""
+        ...
+
+    def eviction_policy(self) -> str | None:
+        """The store's eviction policy when it has one and says so (Redis ``maxmemory-policy``)."""
+        ...
 
     def keys(self, namespace: str) -> Iterator[str]: ...
     def scan(self, namespace: str) -> Iterator[tuple[str, Record]]: ...

@@ -4,19 +4,23 @@ Layout of a namespace ``ns``:
 
 - ``tricache:ns:x:<digest>`` — entries; the value is a 16-digit watermark in microseconds
   (Redis ``TIME``, stamped by a Lua script) followed by the MessagePack entry;
-- ``tricache:ns:meta`` — one hash of meta numbers (tag versions, knowledge-base version, ...);
+- ``tricache:{ns}:meta`` — a hash: the epoch, ``seq`` and every version number;
+- ``tricache:{ns}:changes`` — a sorted set: each changed name scored by the ``seq`` of its last
+  change, plus a member naming the epoch (so a lost set is noticed, not read as "no change");
 - ``tricache:ns:wlog`` — a capped stream of written keys, read by other processes' Bloom filters;
 - channel ``tricache:ns:events`` — invalidation messages.
 
-Entry keys spread over the cluster's slots; every operation touches one key, so nothing needs
-a hash tag.  Timeouts are short and retries off: a slow store must cost a lookup its budget, not
-the client's defaults.
+The two version keys share a hash tag (one cluster slot) and change only inside Lua scripts, so
+a reader never sees half a change.  Entry keys spread over the cluster's slots; every other
+operation touches one key.  Timeouts are short and retries off: a slow store must cost a lookup
+its budget, not the client's defaults.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +31,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .base import Record, WrittenKeys
+from .base import Record, VersionState, WrittenKeys
 
 __all__ = ["RedisStore"]
 
@@ -41,6 +45,82 @@ local wm = t[1] .. string.format('%06d', tonumber(t[2]))
 redis.call('SET', KEYS[1], wm .. ARGV[1], 'PX', ARGV[2])
 return wm
 """
+
+# The version state.  KEYS: meta hash, changes set.  Each script first makes sure the epoch is
+# whole (the hash names it and the set holds its marker); otherwise it starts the epoch given
+# as ARGV[1].  Replies: {epoch, seconds, microseconds, seq, upto, name, value, name, value ...}.
+_EPOCH = """
+local function fresh(epoch)
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0)
+  redis.call('ZADD', KEYS[2], 0, '\0' .. epoch)
+  return epoch
+end
+local function current(candidate)
+  local epoch = redis.call('HGET', KEYS[1], 'epoch')
+  if epoch and redis.call('ZSCORE', KEYS[2], '\0' .. epoch) then return epoch end
+  return fresh(candidate)
+end
+local function reply(epoch, upto, names)
+  local t = redis.call('TIME')
+  local seq = redis.call('HGET', KEYS[1], 'seq') or '0'
+  local out = {epoch, t[1], t[2], seq, upto or seq}
+  if #names > 0 then
+    local values = redis.call('HMGET', KEYS[1], unpack(names))
+    for i, name in ipairs(names) do
+      out[#out + 1] = name
+      out[#out + 1] = values[i] or '0'
+    end
+  end
+  return out
+end
+"""
+# ARGV: candidate epoch, known epoch, after, limit, names...
+_POLL = (
+    _EPOCH
+    + """
+local epoch = current(ARGV[1])
+local after = ARGV[2] == epoch and tonumber(ARGV[3]) or 0
+local changed = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. after, '+inf', 'WITHSCORES',
+                           'LIMIT', 0, tonumber(ARGV[4]))
+local names, upto = {}, nil
+for i = 1, #changed, 2 do names[#names + 1] = changed[i] end
+if #changed >= 2 * tonumber(ARGV[4]) then upto = changed[#changed] end
+for i = 5, #ARGV do names[#names + 1] = ARGV[i] end
+return reply(epoch, upto, names)
+"""
+)
+# ARGV: candidate epoch, name, value ('' = add one; 'now' = the store's clock)
+_CHANGE = (
+    _EPOCH
+    + """
+local epoch = current(ARGV[1])
+if ARGV[3] == '' then
+  redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+else
+  local value = ARGV[3]
+  if value == 'now' then
+    local t = redis.call('TIME')
+    value = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+  end
+  redis.call('HSET', KEYS[1], ARGV[2], value)
+end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('ZADD', KEYS[2], seq, ARGV[2])
+return reply(epoch, nil, {ARGV[2]})
+"""
+)
+# ARGV: new epoch, the epoch it replaces ('' = whatever it is)
+_NEW_EPOCH = (
+    _EPOCH
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if ARGV[2] == '' or epoch == ARGV[2] or not epoch then return fresh(ARGV[1]) end
+return current(ARGV[1])
+"""
+)
+_SCRIPTS = {"set": _SET_STAMPED, "poll": _POLL, "change": _CHANGE, "new_epoch": _NEW_EPOCH}
+_CHANGES_PER_POLL = 5000
 
 
 class RedisStore:
@@ -81,7 +161,7 @@ class RedisStore:
             with self._lock:
                 if self._sync_client is None:
                     client = self._client(redis, **self._options)
-                    client.tricache_set = client.register_script(_SET_STAMPED)
+                    client.tricache = _register(client)
                     self._sync_client = client
         return self._sync_client
 
@@ -96,7 +176,7 @@ class RedisStore:
         client = self._async.get(loop)
         if client is None:
             client = self._client(redis.asyncio, **self._options)
-            client.tricache_set = client.register_script(_SET_STAMPED)
+            client.tricache = _register(client)
             self._async[loop] = client
         return client
 
@@ -108,7 +188,7 @@ class RedisStore:
     # Cluster refuses a script inside a pipeline.
     def set(self, key: str, value: bytes, ttl: float) -> float:
         client = self._sync
-        watermark = client.tricache_set(keys=[key], args=[value, max(1, int(ttl * 1000))])
+        watermark = client.tricache["set"](keys=[key], args=[value, max(1, int(ttl * 1000))])
         client.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
         return int(watermark) / 1e6
 
@@ -121,7 +201,7 @@ class RedisStore:
 
     async def aset(self, key: str, value: bytes, ttl: float) -> float:
         client = self._aclient()
-        watermark = await client.tricache_set(keys=[key], args=[value, max(1, int(ttl * 1000))])
+        watermark = await client.tricache["set"](keys=[key], args=[value, max(1, int(ttl * 1000))])
         await client.xadd(_wlog(key), {"k": key}, maxlen=self._log_length, approximate=True)
         return int(watermark) / 1e6
 
@@ -130,18 +210,44 @@ class RedisStore:
         for key in keys:
             await client.delete(key)
 
-    # meta ----------------------------------------------------------------------------------
-    def read_meta(self, namespace: str, names: Sequence[str]) -> dict[str, float]:
-        if not names:
-            return {}
-        values = self._sync.hmget(f"tricache:{namespace}:meta", list(names))
-        return {n: float(v) if v is not None else 0.0 for n, v in zip(names, values, strict=True)}
+    # versions ------------------------------------------------------------------------------
+    def poll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        args = [_new_epoch_id(), epoch, after, _CHANGES_PER_POLL, *names]
+        return _state(self._sync.tricache["poll"](keys=_version_keys(namespace), args=args))
 
-    def bump_meta(self, namespace: str, name: str) -> int:
-        return int(self._sync.hincrby(f"tricache:{namespace}:meta", name, 1))
+    async def apoll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        args = [_new_epoch_id(), epoch, after, _CHANGES_PER_POLL, *names]
+        script = self._aclient().tricache["poll"]
+        return _state(await script(keys=_version_keys(namespace), args=args))
 
-    def write_meta(self, namespace: str, name: str, value: float) -> None:
-        self._sync.hset(f"tricache:{namespace}:meta", name, repr(float(value)))
+    def bump(self, namespace: str, name: str) -> VersionState:
+        return self._change(namespace, name, "")
+
+    def set_floor(self, namespace: str, value: float | None) -> VersionState:
+        return self._change(namespace, "min_wm", "now" if value is None else repr(float(value)))
+
+    def _change(self, namespace: str, name: str, value: str) -> VersionState:
+        args = [_new_epoch_id(), name, value]
+        return _state(self._sync.tricache["change"](keys=_version_keys(namespace), args=args))
+
+    def new_epoch(self, namespace: str, replacing: str | None) -> str:
+        args = [_new_epoch_id(), replacing or ""]
+        epoch = self._sync.tricache["new_epoch"](keys=_version_keys(namespace), args=args)
+        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
+    def eviction_policy(self) -> str | None:
+        try:
+            found = self._sync.config_get("maxmemory-policy")
+        except redis.ResponseError:  # CONFIG disabled (managed services): nothing to say
+            return None
+        if self.cluster and found and all(isinstance(v, dict) for v in found.values()):
+            found = next(iter(found.values()))  # one answer per node: they share a config
+        value = (found or {}).get("maxmemory-policy")
+        return value.decode() if isinstance(value, bytes) else value
 
     # bulk ----------------------------------------------------------------------------------
     def keys(self, namespace: str) -> Iterator[str]:
@@ -226,6 +332,26 @@ class RedisStore:
         self._stopped.set()
         if self._sync_client is not None:
             self._sync_client.close()
+
+
+def _register(client: Any) -> dict[str, Any]:
+    return {name: client.register_script(body) for name, body in _SCRIPTS.items()}
+
+
+def _version_keys(namespace: str) -> list[str]:
+    return [f"tricache:{{{namespace}}}:meta", f"tricache:{{{namespace}}}:changes"]
+
+
+def _new_epoch_id() -> str:
+    return secrets.token_hex(8)
+
+
+def _state(reply: list[Any]) -> VersionState:
+    text = [v.decode() if isinstance(v, bytes) else str(v) for v in reply]
+    epoch, seconds, micros, seq, upto, *pairs = text
+    values = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    clock = int(seconds) + int(micros) / 1e6
+    return VersionState(epoch, clock, int(seq), int(float(upto)), values)
 
 
 def _record(value: bytes | None) -> Record | None:

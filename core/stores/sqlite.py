@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from .base import Record, WrittenKeys
+from .base import Record, VersionState, WrittenKeys
 
 __all__ = ["SQLiteStore"]
 
@@ -22,7 +24,14 @@ CREATE TABLE IF NOT EXISTS entries (
     expires_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries(expires_at);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS epochs (
+    namespace TEXT PRIMARY KEY, epoch TEXT NOT NULL, seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS versions (  -- one row per changed name: its value and last change
+    namespace TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+CREATE INDEX IF NOT EXISTS versions_by_seq ON versions(namespace, seq);
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, expires_at REAL NOT NULL);
 """
 
@@ -93,34 +102,103 @@ class SQLiteStore:
     async def adelete(self, keys: Sequence[str]) -> None:
         await asyncio.to_thread(self.delete, keys)
 
-    # meta ----------------------------------------------------------------------------------
-    def read_meta(self, namespace: str, names: Sequence[str]) -> dict[str, float]:
+    # versions: read and changed inside one transaction each ----------------------------------
+    def poll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        with self._lock:
+            if not self._has_epoch(namespace):  # the first use of the namespace
+                with self._transaction("IMMEDIATE"):
+                    self._epoch(namespace)
+            with self._transaction("DEFERRED"):  # a snapshot: the epoch and its values agree
+                return self._read(namespace, epoch, after, names)
+
+    def _read(self, namespace: str, epoch: str, after: int, names: Sequence[str]) -> VersionState:
+        current, seq = self._epoch(namespace)
+        after = after if epoch == current else 0
+        values = dict(
+            self._db.execute(
+                "SELECT name, value FROM versions WHERE namespace = ? AND seq > ?",
+                (namespace, after),
+            ).fetchall()
+        )
+        values.update(self._values(namespace, [n for n in names if n not in values]))
+        return VersionState(current, self._clock(), seq, seq, values)
+
+    async def apoll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        return await asyncio.to_thread(self.poll, namespace, epoch, after, names)
+
+    def bump(self, namespace: str, name: str) -> VersionState:
+        return self._change(namespace, name, None)
+
+    def set_floor(self, namespace: str, value: float | None) -> VersionState:
+        return self._change(namespace, "min_wm", self._clock() if value is None else value)
+
+    def _change(self, namespace: str, name: str, value: float | None) -> VersionState:
+        with self._lock, self._transaction("IMMEDIATE"):
+            epoch, seq = self._epoch(namespace)
+            seq += 1
+            if value is None:
+                value = self._values(namespace, [name]).get(name, 0.0) + 1
+            self._db.execute("UPDATE epochs SET seq = ? WHERE namespace = ?", (seq, namespace))
+            self._db.execute(
+                "INSERT OR REPLACE INTO versions (namespace, name, value, seq) VALUES (?, ?, ?, ?)",
+                (namespace, name, value, seq),
+            )
+        return VersionState(epoch, self._clock(), seq, seq, {name: value})
+
+    def new_epoch(self, namespace: str, replacing: str | None) -> str:
+        with self._lock, self._transaction("IMMEDIATE"):
+            current, _ = self._epoch(namespace)
+            if replacing is None or current == replacing:
+                current = self._start_epoch(namespace)
+        return current
+
+    def eviction_policy(self) -> str | None:
+        return None  # nothing is evicted from the file but expired entries
+
+    def _has_epoch(self, namespace: str) -> bool:
+        query = "SELECT 1 FROM epochs WHERE namespace = ?"
+        return self._db.execute(query, (namespace,)).fetchone() is not None
+
+    def _epoch(self, namespace: str) -> tuple[str, int]:
+        row = self._db.execute(
+            "SELECT epoch, seq FROM epochs WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        return (str(row[0]), int(row[1])) if row else (self._start_epoch(namespace), 0)
+
+    def _start_epoch(self, namespace: str) -> str:
+        epoch = secrets.token_hex(8)
+        self._db.execute("DELETE FROM versions WHERE namespace = ?", (namespace,))
+        self._db.execute(
+            "INSERT OR REPLACE INTO epochs (namespace, epoch, seq) VALUES (?, ?, 0)",
+            (namespace, epoch),
+        )
+        return epoch
+
+    def _values(self, namespace: str, names: Sequence[str]) -> dict[str, float]:
         if not names:
             return {}
-        full = [f"{namespace}:{n}" for n in names]
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT name, value FROM meta WHERE name IN ({','.join('?' * len(full))})",
-                full,
-            ).fetchall()
-        found = dict(rows)
-        return {n: found.get(f, 0.0) for n, f in zip(names, full, strict=True)}
+        rows = self._db.execute(
+            f"SELECT name, value FROM versions WHERE namespace = ?"
+            f" AND name IN ({','.join('?' * len(names))})",
+            (namespace, *names),
+        ).fetchall()
+        return {name: dict(rows).get(name, 0.0) for name in names}
 
-    def bump_meta(self, namespace: str, name: str) -> int:
-        with self._lock:
-            row = self._db.execute(
-                "INSERT INTO meta (name, value) VALUES (?, 1)"
-                " ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
-                (f"{namespace}:{name}",),
-            ).fetchone()
-        return int(row[0])
-
-    def write_meta(self, namespace: str, name: str, value: float) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-                (f"{namespace}:{name}", value),
-            )
+    @contextmanager
+    def _transaction(self, mode: str) -> Iterator[None]:
+        """``IMMEDIATE`` to change (two processes never both start an epoch), ``DEFERRED`` to
+        read a consistent snapshot."""
+        self._db.execute(f"BEGIN {mode}")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     # bulk ----------------------------------------------------------------------------------
     def keys(self, namespace: str) -> Iterator[str]:
