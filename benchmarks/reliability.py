@@ -236,6 +236,152 @@ def load(seconds: float) -> dict[str, Any]:
             "crashed_processes": sum(w.exitcode != 0 for w in workers)}  # fmt: skip
 
 
+# freshness: faults that once made invalidated answers servable -----------------------------
+_FRESH_QS = [f"what does section {i} of the handbook say?" for i in range(40)]
+
+
+def _fresh_cache(url: str, **kw: Any) -> Cache:
+    return Cache(redis_url=url, namespace="fresh", semantic=False, faq=False, **kw)
+
+
+def _answer_all(cache: Cache, answer: str) -> None:
+    for q in _FRESH_QS:
+        request = cache.request(q, tags=["handbook"])
+        if cache.lookup(request) is None:
+            cache.update(request, f"{answer}: {q}")
+
+
+def _stale_served(caches: list[Cache]) -> tuple[int, int]:
+    """(old answers served, lookups) over every cache and question."""
+    served = lookups = 0
+    for cache in caches:
+        for q in _FRESH_QS:
+            hit = cache.lookup(cache.request(q, tags=["handbook"]))
+            lookups += 1
+            served += hit is not None and hit.text.startswith("old")
+    return served, lookups
+
+
+def _state_keys(client: redis.Redis) -> list[Any]:
+    return list(client.scan_iter(match="tricache:{fresh}:*"))
+
+
+def _fault(kind: str, server: RedisServer, client: redis.Redis, admin: Cache) -> str:
+    """Inject one fault after the answers were invalidated; returns what was done."""
+    if kind == "evict":
+        entries = list(client.scan_iter(match="tricache:fresh:x:*"))
+        for i in range(50_000):  # readers keep the old entries hot; junk fills the memory
+            client.set(f"junk:{i}", b"x" * 4096)
+            client.get(entries[i % len(entries)])
+            if i % 50 == 0 and not _state_keys(client):
+                return f"state evicted after {i} junk writes"
+        return "state never evicted"
+    if kind == "restart":
+        server.stop()
+        server.start()
+        return "restarted empty"
+    if kind == "delete":
+        client.delete(*_state_keys(client))
+        return "DEL of the version keys"
+    if kind == "rollback":
+        client.hset("tricache:{fresh}:meta", mapping={"seq": 0, "tag:handbook": 0})
+        return "state rolled back to an older snapshot"
+    if kind == "clear":
+        admin.clear()
+        return "clear()"
+    return "none"
+
+
+def freshness(workdir: Path) -> list[dict[str, Any]]:
+    """For each fault: answers written, invalidated, the fault injected, invalidated again,
+    then every cache (the writer, a second process-like cache holding them in L1, a fresh
+    one) asks every question.  Counts invalidated answers served (goal 0)."""
+    rows = []
+    scenarios = [
+        ("allkeys-lru eviction (3 MB)", "evict", ["--maxmemory", "3mb", "--maxmemory-policy",
+                                                  "allkeys-lru"]),
+        ("allkeys-random eviction (3 MB)", "evict", ["--maxmemory", "3mb",
+                                                     "--maxmemory-policy", "allkeys-random"]),
+        ("restart with no data", "restart", []),
+        ("version keys deleted by hand", "delete", []),
+        ("restored from an older snapshot", "rollback", []),
+        ("clear(), then invalidate()", "clear", []),
+    ]  # fmt: skip
+    for n, (name, kind, args) in enumerate(scenarios):
+        (workdir / f"f{n}").mkdir()
+        server = RedisServer(workdir / f"f{n}", args)
+        server.start()
+        client = redis.Redis(port=server.port)
+        writer, holder, admin = (_fresh_cache(server.url) for _ in range(3))
+        admin.invalidate("handbook")  # the app's answers carry version 1
+        _answer_all(writer, "old")
+        _stale_served([holder])  # now in holder's L1 too
+        admin.invalidate("handbook")
+        done = _fault(kind, server, client, admin)
+        for cache in (writer, holder, admin):
+            cache.exact.breaker = type(cache.exact.breaker)()  # a restart cost them a back-off
+        admin.invalidate("handbook")
+        time.sleep(0.6)  # one poll: the promise for other processes
+        served, lookups = _stale_served([writer, holder, _fresh_cache(server.url, bloom=False)])
+        rows.append({"scenario": name, "fault": done, "stale_served": served,
+                     "lookups": lookups})  # fmt: skip
+        for cache in (writer, holder, admin):
+            cache.close()
+        client.close()
+        server.stop()
+    rows.append(_in_flight(workdir / "inflight"))
+    rows.append(_outage_points(workdir / "pause"))
+    return rows
+
+
+def _in_flight(workdir: Path) -> dict[str, Any]:
+    """Invalidations landing while the LLM runs: each answer is computed from old data."""
+    workdir.mkdir()
+    server = RedisServer(workdir)
+    server.start()
+    app, admin = _fresh_cache(server.url), _fresh_cache(server.url)
+    for q in _FRESH_QS:
+        request = app.request(q, tags=["handbook"])
+        app.lookup(request)
+        admin.invalidate("handbook")  # the docs change during the call
+        app.update(request, f"old: {q}")
+    served, lookups = _stale_served([app, _fresh_cache(server.url, bloom=False)])
+    server.stop()
+    return {"scenario": "invalidate() during each LLM call", "fault": f"{len(_FRESH_QS)} calls",
+            "stale_served": served, "lookups": lookups}  # fmt: skip
+
+
+def _outage_points(workdir: Path) -> dict[str, Any]:
+    """Redis paused (SIGSTOP) for 1.5 s while paraphrases are asked: no point may be lost."""
+    import os
+    import signal
+
+    workdir.mkdir()
+    server = RedisServer(workdir)
+    server.start()
+    cache = Cache(redis_url=server.url, namespace="pause", faq=False, vector_path=workdir / "v")
+    questions = ["How do I reset my password?", "How do I export my data to CSV?",
+                 "How do I change my billing address?", "How do I invite a teammate?"]  # fmt: skip
+    for q in questions:
+        request = cache.request(q)
+        cache.lookup(request)
+        cache.update(request, f"answer: {q}")
+    index = cache.semantic.index  # type: ignore[union-attr]
+    before = index.count()
+    os.kill(server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        for q in questions:
+            cache.exact.l1.clear()
+            cache.lookup(cache.request(q.replace("How do I", "How can I")))
+    os.kill(server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+    lost = before - index.count()
+    cache.close()
+    server.stop()
+    return {"scenario": "Redis paused 1.5 s during semantic lookups", "fault": "SIGSTOP",
+            "stale_served": 0, "lookups": 0, "points_lost": lost, "points": before}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -254,6 +400,7 @@ def main() -> None:
             "tenants": tenants(int(20 * scale) + 2, int(50 * scale), work),
             "fuzz": fuzz(int(3000 * scale), work),
             "load": load(10.0 * scale),
+            "freshness": freshness(work),
         }
     write(report, args.out, "reliability_quick" if args.quick else "reliability")
 
@@ -308,6 +455,22 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         f" {ld['hung_threads']} hung threads | {ld['lost_writes']} lost writes of"
         f" {ld['stable_keys']} keys; {ld['torn_or_foreign_reads']} torn or foreign reads |"
     )
+    lines += [
+        "",
+        "## Freshness under store faults",
+        "",
+        "Answers written under a tag, the tag invalidated, the fault injected, the tag invalidated"
+        " again; then three caches (the writer, a second one holding the answers in L1, a fresh"
+        " one reading Redis) ask every question 0.6 s later.",
+        "",
+        "| fault | what was done | invalidated answers served | entries lost |",
+        "|---|---|---|---|",
+    ]
+    for row in report["freshness"]:
+        lost = (f"{row['points_lost']} of {row['points']} semantic points"
+                if "points_lost" in row else "n/a")  # fmt: skip
+        served = f"{row['stale_served']} of {row['lookups']}" if row["lookups"] else "—"
+        lines.append(f"| {row['scenario']} | {row['fault']} | {served} | {lost} |")
     text = "\n".join(lines) + "\n"
     print(text)
     out.mkdir(parents=True, exist_ok=True)

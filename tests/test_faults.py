@@ -15,7 +15,7 @@ import redis
 from tricache import Cache
 from tricache.breaker import CircuitBreaker
 
-from conftest import RedisServer, free_port
+from conftest import RedisServer
 
 
 def _lookups(stats: dict[str, int]) -> int:

@@ -228,9 +228,7 @@ def test_with_tricache_does_not_store_an_output_computed_across_an_invalidation(
 
 # other processes ------------------------------------------------------------------------------
 @pytest.mark.parametrize("disruption", ["none", "restart_empty", "delete_state", "clear"])
-def test_another_process_serves_no_invalidated_answer(
-    server: RedisServer, disruption: str
-) -> None:
+def test_another_process_serves_no_invalidated_answer(server: RedisServer, disruption: str) -> None:
     options = {"redis_url": server.url, "namespace": "fresh", "semantic": False, "faq": False}
     ready, go, out = spawn.Queue(), spawn.Queue(), spawn.Queue()
     child = spawn.Process(target=serve_until_told, args=(options, QUESTIONS, ready, go, out))

@@ -266,6 +266,28 @@ def test_cached_query_engine_skips_retrieval_and_forgets_on_index_change(
     assert str(after) == "30 days now." and len(retrieved) == 2
 
 
+def test_cached_query_engine_does_not_keep_an_answer_computed_while_the_index_changed(
+    core: Cache, embed_model: TriCacheEmbedding
+) -> None:
+    index = index_of(DOCS, embed_model)
+
+    class ChangingLLM(ScriptedLLM):
+        """The first call runs while someone adds a document to the index."""
+
+        def _next(self, prompt: str) -> str:
+            if not self.calls:
+                index.insert(Document(text="Since May, refunds are paid back within 30 days."))
+            return super()._next(prompt)
+
+    inner = ChangingLLM(answers=["14 days.", "30 days now.", "unused"])
+    engine = CachedQueryEngine(index.as_query_engine(llm=inner, similarity_top_k=2), core,
+                               index=index)  # fmt: skip
+    assert str(engine.query("How long do refunds take?")) == "14 days."  # from the old index
+    assert str(engine.query("How long do refunds take?")) == "30 days now."  # not the old one
+    assert str(engine.query("How long do refunds take?")) == "30 days now."  # this one is kept
+    assert len(inner.calls) == 2
+
+
 def test_cached_query_engine_streaming_hit_streams(
     core: Cache, embed_model: TriCacheEmbedding
 ) -> None:

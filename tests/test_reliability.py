@@ -201,3 +201,8 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert report["fuzz"]["app_errors"] == 0 and report["fuzz"]["hits_for_never_stored"] == 0
     load = report["load"]
     assert load["lost_writes"] == load["torn_or_foreign_reads"] == load["hung_threads"] == 0
+    fresh = report["freshness"]
+    assert len(fresh) == 8 and all(row["stale_served"] == 0 for row in fresh)
+    assert all(row["lookups"] > 0 for row in fresh[:-1])
+    assert "never" not in " ".join(row["fault"] for row in fresh)  # each fault happened
+    assert fresh[-1]["points_lost"] == 0 and fresh[-1]["points"] == 4
