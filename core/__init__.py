@@ -11,13 +11,14 @@ The public surface::
 
 from .breaker import CircuitBreaker
 from .entry import CacheEntry, CorruptEntry
-from .exact import ExactTier
+from .exact import ExactTier, StoreUnavailable
 from .home import data_dir
 from .metrics import Metrics
 from .normalize import normalize
 from .policy import TtlPolicy
 from .request import CacheRequest, Turn, context_fingerprint, exact_key
 from .stack import Cache, Hit
+from .versions import Stamp
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,8 @@ __all__ = [
     "ExactTier",
     "Hit",
     "Metrics",
+    "Stamp",
+    "StoreUnavailable",
     "TtlPolicy",
     "Turn",
     "__version__",

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
+import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from .entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .request import CacheRequest, exact_key
-from .stores.base import L2Store, VersionState
+from .stores.base import DamagedState, L2Store, VersionState
 from .stores.memory import TTLLRU
 from .versions import KB, MIN_WATERMARK, Stamp, VersionView, tag_meta
 
@@ -83,6 +85,8 @@ class ExactTier:
         self._next_refresh = 0.0
         self._subscribed = store is None or not store.has_pubsub
         self._id = next(_tier_ids)  # names this tier's misses in the caller's context
+        self._place = (_location(store), namespace)
+        _SIBLINGS.setdefault(self._place, weakref.WeakSet()).add(self)
         self._policy_checked = store is None
 
     def key(self, request: CacheRequest) -> str:
@@ -102,7 +106,7 @@ class ExactTier:
             record = self.store.get(key)  # type: ignore[union-attr]
         except Exception as exc:
             self._failed("read", exc)
-            return self._settled(key, tags, None)
+            return self._settled(key, tags, None, may_ask=False)  # one timeout per lookup
         return self._settled(key, tags, self._read(key, record))
 
     async def aget(self, request: CacheRequest) -> ExactHit | None:
@@ -114,7 +118,7 @@ class ExactTier:
             record = await self.store.aget(key)  # type: ignore[union-attr]
         except Exception as exc:
             self._failed("read", exc)
-            return self._settled(key, tags, None)
+            return self._settled(key, tags, None, may_ask=False)
         return self._settled(key, tags, self._read(key, record))
 
     def _without_l2(
@@ -199,6 +203,10 @@ class ExactTier:
         """Remove one entry from L1 and L2."""
         self.l1.pop(key)
         self._delete(key)
+
+    def began(self, request: CacheRequest) -> Stamp | None:
+        """The versions the last miss of ``request`` in this thread or task began under."""
+        return _began.get().get((self._id, self.key(request)))
 
     def settle(self, request: CacheRequest) -> None:
         """The miss of ``request`` was answered another way (semantic tier, FAQ): no write
@@ -449,8 +457,12 @@ class ExactTier:
         try:
             self._subscribe()
             for _ in range(_POLLS_PER_REFRESH):
-                asked, (epoch, after) = time.time(), self.versions.position()
-                state = self.store.poll(self.namespace, epoch, after, names or ())
+                asked, (epoch, after) = (time.time(), time.monotonic()), self.versions.position()
+                try:
+                    state = self.store.poll(self.namespace, epoch, after, names or ())
+                except DamagedState as exc:
+                    self._restart_epoch(exc.epoch, str(exc))
+                    continue
                 if self._take(state, asked, after):
                     break
                 names = None
@@ -467,8 +479,12 @@ class ExactTier:
         try:
             self._subscribe()
             for _ in range(_POLLS_PER_REFRESH):
-                asked, (epoch, after) = time.time(), self.versions.position()
-                state = await self.store.apoll(self.namespace, epoch, after, names or ())
+                asked, (epoch, after) = (time.time(), time.monotonic()), self.versions.position()
+                try:
+                    state = await self.store.apoll(self.namespace, epoch, after, names or ())
+                except DamagedState as exc:
+                    self._restart_epoch(exc.epoch, str(exc))
+                    continue
                 if self._take(state, asked, after):
                     break
                 names = None
@@ -484,19 +500,23 @@ class ExactTier:
             self.store.subscribe(self.namespace, self._on_event)  # type: ignore[union-attr]
             self._subscribed = True
 
-    def _take(self, state: VersionState, asked: float, after: int) -> bool:
+    def _take(self, state: VersionState, asked: tuple[float, float], after: int) -> bool:
         """Apply one poll's answer; ``True`` when the view is now up to date."""
-        if self.versions.went_back(state, after):  # restored from an older snapshot: trust nothing
-            log.warning("tricache: %s lost version changes; starting a new epoch", self.store_name)
-            self.metrics.incr(TIER, "epochs_restarted")
-            self.store.new_epoch(self.namespace, state.epoch)  # type: ignore[union-attr]
+        if self.versions.went_back(state, after) or self.versions.retired(state.epoch):
+            self._restart_epoch(state.epoch, "fewer changes than seen (an older snapshot?)")
             return False
         self._learn(state, asked)
         return state.upto >= state.seq
 
-    def _learn(self, state: VersionState, asked: float | None = None) -> None:
+    def _restart_epoch(self, epoch: str, why: str) -> None:
+        """The store's state cannot be trusted: every entry of ``epoch`` becomes stale."""
+        log.warning("tricache: %s version state: %s; starting a new epoch", self.store_name, why)
+        self.metrics.incr(TIER, "epochs_restarted")
+        self.store.new_epoch(self.namespace, epoch)  # type: ignore[union-attr]
+
+    def _learn(self, state: VersionState, asked: tuple[float, float] | None = None) -> None:
         before = (self.versions.epoch, self.versions.kb, self.versions.min_watermark)
-        if self.versions.apply(state, asked_at=asked) and before[0]:
+        if self.versions.apply(state, asked=asked) and before[0]:
             self.metrics.incr(TIER, "new_epochs")
         if (self.versions.epoch, self.versions.kb, self.versions.min_watermark) != before:
             self._sweep_l1()
@@ -524,22 +544,47 @@ class ExactTier:
 
     def set_min_watermark(self, watermark: float | None = None) -> float:
         """Entries whose requests began before ``watermark`` become stale; the time is on the
-        store's clock (``None``: the store's clock now).  Returns the floor set."""
+        store's clock (``None``: the store's clock now).  The floor never goes down: a lower
+        value leaves it where it is.  Returns the floor now in force."""
+        if watermark is not None and not math.isfinite(watermark):
+            raise ValueError(f"watermark must be a finite time, got {watermark!r}")
         return self._change(MIN_WATERMARK, watermark)
 
     def _change(self, name: str, value: float | None) -> float:
-        """Raises when the store is unreachable: an invalidation must not be lost silently."""
+        """Raises ``StoreUnavailable`` when the store is unreachable: an invalidation must not
+        be lost silently."""
         if self.store is None:
             state = VersionState(self.versions.epoch, time.time(), 0, 0,
                                  {name: self.versions.next_local(name, value)})  # fmt: skip
-        elif name == MIN_WATERMARK:
-            state = self.store.set_floor(self.namespace, value)
-        else:
-            state = self.store.bump(self.namespace, name)
-        self._learn(state)
-        if self.store is not None:
-            self._publish([state.epoch, name, state.values[name]])
+            self._learn(state)
+            return state.values[name]
+        try:
+            for _ in range(2):
+                epoch, seen = self.versions.position()
+                state = self._send_change(name, value)
+                if not (state.epoch == epoch and state.seq <= seen):
+                    break
+                # the store counts fewer changes than this process saw: it lost some (an older
+                # snapshot, then this change): nothing of this epoch can be trusted
+                self._restart_epoch(epoch, "fewer changes than seen (an older snapshot?)")
+        except DamagedState as exc:
+            self._restart_epoch(exc.epoch, str(exc))
+            state = self._send_change(name, value)
+        except Exception as exc:
+            raise StoreUnavailable(f"{self.store_name} did not take the change: {exc}") from exc
+        for tier in self._siblings():  # other caches of this process learn it now, not at a poll
+            tier._learn(state)
+        self._publish([state.epoch, name, state.values[name]])
         return state.values[name]
+
+    def _send_change(self, name: str, value: float | None) -> VersionState:
+        if name == MIN_WATERMARK:
+            return self.store.set_floor(self.namespace, value)  # type: ignore[union-attr]
+        return self.store.bump(self.namespace, name)  # type: ignore[union-attr]
+
+    def _siblings(self) -> list[ExactTier]:
+        """The tiers of this process over the same store and namespace, this one included."""
+        return list(_SIBLINGS.get(self._place, ()))
 
     def _publish(self, event: list[Any]) -> None:
         try:
@@ -586,11 +631,18 @@ class ExactTier:
         """Drop every entry of the namespace, in L2 and in every process's L1: a new epoch
         makes whatever survives (in L1s, in a store that missed the deletes) stale."""
         self.l1.clear()
-        if self.store is not None:
+        if self.store is None:
+            return
+        try:
             epoch = self.store.new_epoch(self.namespace, None)
-            self._publish([epoch, "", 0])
-            self.store.clear(self.namespace)
-            self._poll()
+        except Exception as exc:
+            raise StoreUnavailable(f"{self.store_name} did not take the change: {exc}") from exc
+        for tier in self._siblings():
+            tier.l1.clear()
+            tier._next_refresh = 0.0
+        self._publish([epoch, "", 0])
+        self._poll()
+        self.store.clear(self.namespace)
 
     # failures ------------------------------------------------------------------------------
     def _failed(self, what: str, exc: Exception) -> None:
@@ -657,4 +709,15 @@ _began: ContextVar[Mapping[tuple[int, str], Stamp]] = ContextVar(
     "tricache_began", default=MappingProxyType({})
 )
 _tier_ids = itertools.count()
+_SIBLINGS: dict[tuple[str, str], weakref.WeakSet[ExactTier]] = {}
+
+
+def _location(store: L2Store | None) -> str:
+    """What identifies a store across the caches of one process."""
+    if store is None:
+        return f"none:{id(object())}"  # no store: nothing shared
+    where = getattr(store, "url", None) or getattr(store, "path", None)
+    return f"{store.name}:{where}" if where is not None else f"{store.name}:{id(store)}"
+
+
 _BEGAN_KEPT = 256  # misses remembered per context (a batch of prompts misses together)

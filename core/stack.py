@@ -34,6 +34,7 @@ from .question import locate
 from .request import CacheRequest, Turn
 from .semantic import Reranker, SemanticHit, SemanticTier
 from .stores.base import L2Store
+from .versions import Stamp
 
 __all__ = ["Cache", "Hit"]
 
@@ -385,19 +386,25 @@ class Cache:
         semantic: bool = True,
         tokens: int = 0,
         model: str = "",
+        began: Stamp | None = None,
     ) -> bool:
         """Store an answer; ``False`` when it was not stored.  Never raises for store trouble.
 
         ``semantic=False`` keeps the answer out of the semantic tier (served only to the same
         question, e.g. for tool calls or partial answers).  ``tokens`` and ``model`` (what the
-        answer cost) feed the savings metrics and the ``prices`` table."""
+        answer cost) feed the savings metrics and the ``prices`` table.
+
+        The answer is written under the versions its lookup's miss began with, in this thread
+        or task; an invalidation since then means it is not stored.  Code that stores from
+        elsewhere (a stream drained by another thread) passes ``began=cache.began(request)``,
+        taken right after the lookup."""
         self._check(request)
         if not self._may_cache(request):
             return False
         try:
             entry = self.exact.put(
                 request, text, payload, category=category, negative=negative, tokens=tokens,
-                model=model,
+                model=model, stamp=began,
             )  # fmt: skip
         except TypeError:
             raise
@@ -419,6 +426,7 @@ class Cache:
         semantic: bool = True,
         tokens: int = 0,
         model: str = "",
+        began: Stamp | None = None,
     ) -> bool:
         self._check(request)
         if not self._may_cache(request):
@@ -426,7 +434,7 @@ class Cache:
         try:
             entry = await self.exact.aput(
                 request, text, payload, category=category, negative=negative, tokens=tokens,
-                model=model,
+                model=model, stamp=began,
             )  # fmt: skip
         except TypeError:
             raise
@@ -436,6 +444,12 @@ class Cache:
         if entry is not None and semantic and self._semantic_options is not None:
             await asyncio.to_thread(self._semantic_add, request, entry)
         return entry is not None
+
+    def began(self, request: CacheRequest) -> Stamp | None:
+        """The versions the last miss of ``request`` began under, in this thread or task (see
+        ``update``); ``None`` when it did not miss here."""
+        self._check(request)
+        return self.exact.began(request)
 
     def _semantic_add(self, request: CacheRequest, entry: CacheEntry) -> None:
         tier = self.semantic

@@ -60,9 +60,10 @@ class VersionView:
         self._lock = threading.Lock()
 
     # what the store said -------------------------------------------------------------------
-    def apply(self, state: VersionState, *, asked_at: float | None = None) -> bool:
+    def apply(self, state: VersionState, *, asked: tuple[float, float] | None = None) -> bool:
         """Take a poll's (or a change's) answer; ``True`` when it started a new epoch here.
-        ``asked_at`` (our clock when the call began) marks the view verified."""
+        ``asked`` — (wall clock, monotonic clock) when the poll was sent — marks the view
+        verified, once the answer holds every change (``upto == seq``)."""
         with self._lock:
             if state.epoch in self._retired:  # an answer older than one already taken
                 return False
@@ -75,12 +76,17 @@ class VersionView:
                 self._tags.clear()
             for name, value in state.values.items():
                 self._observe(name, value)
-            if asked_at is not None:
+            if asked is not None:
+                wall, monotonic = asked
                 self.seq = max(self.seq, state.upto)
-                self._offset = state.clock - (asked_at + time.time()) / 2
-                sent = time.monotonic() - (time.time() - asked_at)
-                self._verified_at = max(self._verified_at, sent)
+                self._offset = state.clock - (wall + time.time()) / 2
+                if state.upto >= state.seq:
+                    self._verified_at = max(self._verified_at, monotonic)
         return renewed
+
+    def retired(self, epoch: str) -> bool:
+        """True when this view has left ``epoch`` behind (a store back on it was restored)."""
+        return epoch in self._retired
 
     def position(self) -> tuple[str, int]:
         """(epoch, changes seen): where the next poll starts."""

@@ -48,7 +48,7 @@ from langchain_core.tracers._streaming import (
 )
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from tricache import Cache, CacheRequest, Hit
+from tricache import Cache, CacheRequest, Hit, Stamp
 from tricache.coalesce import Coalescer
 from tricache.conversation import stream_pieces
 
@@ -137,6 +137,7 @@ class CachedChatModel(BaseChatModel):
         if cached is not None:
             yield from _replay(cached.generations[0])
             return
+        began = self.tricache.began(request) if request is not None else None  # see _store
         total: AIMessageChunk | None = None
         # LangChain reports each chunk this yields (``on_llm_new_token``): reporting it here
         # too, or letting the wrapped model report it to the same handlers, doubles it.
@@ -145,7 +146,7 @@ class CachedChatModel(BaseChatModel):
             total = piece if total is None else total + piece
             yield ChatGenerationChunk(message=piece)
         if total is not None and request is not None:  # complete (a stream that raised is not)
-            self._store(request, semantic, _from_chunk(total))
+            self._store(request, semantic, _from_chunk(total), began)
 
     # async ---------------------------------------------------------------------------------
     async def _agenerate(
@@ -183,13 +184,14 @@ class CachedChatModel(BaseChatModel):
             for chunk in _replay(cached.generations[0]):
                 yield chunk
             return
+        began = self.tricache.began(request) if request is not None else None
         total: AIMessageChunk | None = None
         async for chunk in self.inner.astream(messages, _inner_config(), **call):
             piece = _as_chunk(chunk)
             total = piece if total is None else total + piece
             yield ChatGenerationChunk(message=piece)
         if total is not None and request is not None:
-            await self._astore(request, semantic, _from_chunk(total))
+            await self._astore(request, semantic, _from_chunk(total), began)
 
     # the cache -----------------------------------------------------------------------------
     def _request(
@@ -234,16 +236,22 @@ class CachedChatModel(BaseChatModel):
             return ChatResult(generations=[ChatGeneration(message=message)])
         return None
 
-    def _store(self, request: CacheRequest, semantic: bool, message: AIMessage) -> ChatResult:
+    def _store(
+        self, request: CacheRequest, semantic: bool, message: AIMessage, began: Stamp | None = None
+    ) -> ChatResult:
+        """Store an answer.  A stream may be drained in another thread than its lookup ran in,
+        so streams pass the versions their miss began under (``began``)."""
         text, payload, servable, cost = _prepared(message)
-        self.tricache.update(request, text, payload, semantic=semantic and servable, **cost)
+        semantic = semantic and servable
+        self.tricache.update(request, text, payload, semantic=semantic, began=began, **cost)
         return _fresh(message)
 
     async def _astore(
-        self, request: CacheRequest, semantic: bool, message: AIMessage
+        self, request: CacheRequest, semantic: bool, message: AIMessage, began: Stamp | None = None
     ) -> ChatResult:
         text, payload, servable, cost = _prepared(message)
-        await self.tricache.aupdate(request, text, payload, semantic=semantic and servable, **cost)
+        semantic = semantic and servable
+        await self.tricache.aupdate(request, text, payload, semantic=semantic, began=began, **cost)
         return _fresh(message)
 
 

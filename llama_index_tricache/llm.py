@@ -36,7 +36,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.prompts import BasePromptTemplate
 from pydantic import Field, PrivateAttr, SerializeAsAny
 
-from tricache import Cache, CacheRequest, Hit
+from tricache import Cache, CacheRequest, Hit, Stamp
 from tricache.coalesce import Coalescer
 from tricache.conversation import Conversation, stream_pieces
 from tricache.tenancy import current_tenant
@@ -75,6 +75,7 @@ class _Call:
     request: CacheRequest
     semantic: bool
     key: str
+    began: Stamp | None = None  # the versions its miss began under (a stream may end elsewhere)
 
 
 class TriCacheLLM(FunctionCallingLLM):
@@ -344,10 +345,14 @@ class TriCacheLLM(FunctionCallingLLM):
             return await self._astored(call, await ask(), to_payload)
 
     def _lookup(self, call: _Call) -> Hit | None:
-        return self._cache.lookup(call.request, semantic=call.semantic)
+        hit = self._cache.lookup(call.request, semantic=call.semantic)
+        call.began = self._cache.began(call.request) if hit is None else None
+        return hit
 
     async def _alookup(self, call: _Call) -> Hit | None:
-        return await self._cache.alookup(call.request, semantic=call.semantic)
+        hit = await self._cache.alookup(call.request, semantic=call.semantic)
+        call.began = self._cache.began(call.request) if hit is None else None
+        return hit
 
     def _cached_chat(self, hit: Hit | None) -> ChatResponse | None:
         if hit is None:
@@ -383,6 +388,7 @@ class TriCacheLLM(FunctionCallingLLM):
             semantic=call.semantic and servable_to_look_alikes(response),
             tokens=usage_tokens(response),
             model=self.llm.metadata.model_name,
+            began=call.began,
         )
 
     def _stored(self, call: _Call, response: Any, to_payload: Any) -> Any:

@@ -27,7 +27,7 @@ from llama_index.core.base.response.schema import (
 )
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from tricache import Cache, CacheRequest, Hit
+from tricache import Cache, CacheRequest, Hit, Stamp
 from tricache.conversation import plain, stream_pieces
 from tricache.request import context_token
 from tricache.tenancy import current_tenant
@@ -90,7 +90,8 @@ class CachedQueryEngine(BaseQueryEngine):
             return cached
         response = self.engine.query(query_bundle)
         if isinstance(response, StreamingResponse):
-            response.response_gen = self._record(request, response, response.response_gen)
+            began = self.cache.began(request)  # the stream may be drained in another thread
+            response.response_gen = self._record(request, response, response.response_gen, began)
         elif isinstance(response, Response):
             self._store(request, response.response, response)
         return response
@@ -104,7 +105,8 @@ class CachedQueryEngine(BaseQueryEngine):
             return cached
         response = await self.engine.aquery(query_bundle)
         if isinstance(response, AsyncStreamingResponse):
-            response.response_gen = self._arecord(request, response, response.response_gen)
+            began = self.cache.began(request)
+            response.response_gen = self._arecord(request, response, response.response_gen, began)
         elif isinstance(response, Response):
             self._store(request, response.response, response)
         return response
@@ -138,7 +140,9 @@ class CachedQueryEngine(BaseQueryEngine):
                 log.warning("tricache: %s not cached: %s", type(self.engine).__name__, exc)
             return None
 
-    def _store(self, request: CacheRequest, text: str | None, response: Any) -> None:
+    def _store(
+        self, request: CacheRequest, text: str | None, response: Any, began: Stamp | None = None
+    ) -> None:
         if not text:
             return
         sources = [
@@ -152,7 +156,8 @@ class CachedQueryEngine(BaseQueryEngine):
         ]
         payload = {"v": 1, "kind": "response", "sources": sources,
                    "metadata": plain(dict(response.metadata or {}))}  # fmt: skip
-        self.cache.update(request, text, copy.deepcopy(payload))  # the caller's objects stay theirs
+        # the caller's objects stay theirs
+        self.cache.update(request, text, copy.deepcopy(payload), began=began)
 
     def _response(self, hit: Hit | None, asynchronous: bool = False) -> RESPONSE_TYPE | None:
         if hit is None:
@@ -172,22 +177,30 @@ class CachedQueryEngine(BaseQueryEngine):
         return Response(hit.text, sources, metadata)
 
     def _record(
-        self, request: CacheRequest, response: StreamingResponse, stream: Iterator[str]
+        self,
+        request: CacheRequest,
+        response: StreamingResponse,
+        stream: Iterator[str],
+        began: Stamp | None,
     ) -> Iterator[str]:
         parts = []
         for token in stream:
             parts.append(token)
             yield token
-        self._store(request, "".join(parts), response)
+        self._store(request, "".join(parts), response, began)
 
     async def _arecord(
-        self, request: CacheRequest, response: AsyncStreamingResponse, stream: AsyncIterator[str]
+        self,
+        request: CacheRequest,
+        response: AsyncStreamingResponse,
+        stream: AsyncIterator[str],
+        began: Stamp | None,
     ) -> AsyncIterator[str]:
         parts = []
         async for token in stream:
             parts.append(token)
             yield token
-        self._store(request, "".join(parts), response)
+        self._store(request, "".join(parts), response, began)
 
 
 def watch_index(index: Any, cache: Cache, tag: str) -> None:

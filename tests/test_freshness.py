@@ -440,3 +440,134 @@ def test_payloads_with_integer_keys_round_trip_between_caches(server: RedisServe
     hit = b.lookup(request)
     assert hit is not None and hit.payload == payload
     assert b.stats()["exact"].get("corrupt", 0) == 0
+
+
+# restores, damage, and the rest of what a red team tried ------------------------------------
+@pytest.mark.parametrize("then", ["invalidate", "clear"])
+def test_a_restart_from_an_older_snapshot_brings_nothing_back(
+    server: RedisServer, then: str
+) -> None:
+    """The dump is taken before the change; Redis then restarts from it (an RDB restore, or an
+    AOF that lost its last second).  Even a later change that brings ``seq`` back to what the
+    processes had seen cannot hide it: a restarted server is a new epoch."""
+    a = _cache(server.url)
+    _write(a, "old")
+    client = redis.Redis.from_url(server.url)
+    client.save()
+    client.close()
+    a.clear() if then == "clear" else a.invalidate("handbook")
+    server.stop()
+    server.start()  # loads the dump: the old answers and the old versions
+    a.exact.breaker = CircuitBreaker()
+    a.invalidate("unrelated")  # the same seq the processes had seen, another change
+    assert _old(_served(_cache(server.url, bloom=False))) == []
+    time.sleep(0.6)
+    assert _old(_served(a)) == []
+    _write(a, "new")  # and the cache works again
+    assert len(_served(a)) == len(QUESTIONS)
+
+
+@pytest.mark.parametrize(
+    ("damage", "change"),
+    [
+        ({"seq": "abc"}, "invalidate"),
+        ({"tag:handbook": "nan"}, "invalidate"),
+        ({"tag:handbook": "1.5"}, "invalidate"),
+        ({"kb": "inf"}, "bump_kb_version"),
+        ({"min_wm": "not a time"}, "set_min_watermark"),
+        ({"epoch": ""}, "invalidate"),
+    ],
+)
+def test_a_damaged_version_state_is_a_new_epoch_not_an_outage(
+    server: RedisServer, damage: dict[str, str], change: str
+) -> None:
+    a, b, admin = _cache(server.url), _cache(server.url), _cache(server.url)
+    _write(a, "old")
+    assert len(_served(b)) == len(QUESTIONS)
+    client = redis.Redis.from_url(server.url)
+    client.hset("tricache:{fresh}:meta", mapping=damage)
+    client.close()
+    getattr(admin, change)(*(["handbook"] if change == "invalidate" else []))  # does not raise
+    time.sleep(0.6)
+    assert _old(_served(b)) == [] and _old(_served(a)) == []
+    _write(a, "new")
+    time.sleep(0.6)
+    assert len(_served(b)) == len(QUESTIONS)  # and no outage: it works again by itself
+
+
+def test_version_keys_of_the_wrong_type_are_a_new_epoch(server: RedisServer) -> None:
+    a = _cache(server.url)
+    _write(a, "old")
+    client = redis.Redis.from_url(server.url)
+    client.delete("tricache:{fresh}:meta", "tricache:{fresh}:changes")
+    client.set("tricache:{fresh}:meta", "not a hash")
+    client.close()
+    time.sleep(0.6)
+    assert _served(a) == []
+    _write(a, "new")
+    assert len(_served(a)) == len(QUESTIONS)
+
+
+def test_two_caches_of_one_process_learn_an_invalidation_at_once(server: RedisServer) -> None:
+    a, b = _cache(server.url), _cache(server.url)
+    _write(a, "old")
+    assert len(_served(b)) == len(QUESTIONS)
+    a.invalidate("handbook")  # no sleep: b is in the same process
+    assert _served(b) == []
+
+
+def test_a_stream_drained_in_another_thread_keeps_the_versions_it_began_with(
+    server: RedisServer,
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    app, admin = _cache(server.url), _cache(server.url)
+    request = app.request(QUESTIONS[0], tags=["handbook"])
+    assert app.lookup(request) is None
+    began = app.began(request)
+    admin.invalidate("handbook")
+    with ThreadPoolExecutor(1) as pool:  # a web server drains the stream in a worker
+        stored = pool.submit(app.update, request, "old: streamed", began=began).result()
+    assert stored is False and app.lookup(request) is None
+
+
+def test_the_floor_never_goes_down(server: RedisServer) -> None:
+    a = _cache(server.url)
+    _write(a, "old")
+    high = a.set_min_watermark()
+    assert a.set_min_watermark(high - 3600) == high
+    assert _served(_cache(server.url, bloom=False)) == []
+    with pytest.raises(ValueError):
+        a.set_min_watermark(float("nan"))
+
+
+def test_changes_to_an_unreachable_store_raise_a_tricache_error(tmp_path: Path) -> None:
+    from tricache import StoreUnavailable
+
+    server = RedisServer(tmp_path)  # never started
+    cache = _cache(server.url)
+    for change in (cache.clear, cache.bump_kb_version, lambda: cache.invalidate("x")):
+        with pytest.raises(StoreUnavailable):
+            change()
+    with pytest.raises(StoreUnavailable):
+        cache.set_min_watermark()
+
+
+def test_a_lookup_under_a_hung_store_makes_one_store_call(server: RedisServer) -> None:
+    """A tag this process never saw needs a read before its answer can be stamped; when the
+    lookup's L2 read has just timed out, it is not tried (one timeout per lookup)."""
+    import threading
+
+    cache = _cache(server.url, bloom=False)
+    assert cache.lookup(cache.request("warm-up")) is None  # versions verified
+    sleeper = threading.Thread(
+        target=lambda: redis.Redis.from_url(server.url).execute_command("DEBUG", "SLEEP", 1)
+    )
+    sleeper.start()
+    time.sleep(0.1)
+    before = cache.stats()["exact"]
+    assert cache.lookup(cache.request("a new question", tags=["never-seen"])) is None
+    after = cache.stats()["exact"]
+    sleeper.join()
+    errors = [k for k in after if k.endswith("_errors")]
+    assert sum(after[k] - before.get(k, 0) for k in errors) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import msgpack
@@ -208,3 +209,38 @@ def test_a_served_payload_is_the_callers_own_copy(tmp_path: Path) -> None:
         cache.exact.l1.clear()  # from L2 too
         third = cache.lookup(request)
         assert third is not None and third.payload["bias"] == {50256: -1}
+
+
+def test_a_partial_catch_up_does_not_verify_a_view() -> None:
+    from tricache.stores.base import VersionState
+    from tricache.versions import VersionView
+
+    view = VersionView()
+    asked = (time.time(), time.monotonic())
+    view.apply(VersionState("e1", time.time(), seq=20_000, upto=5_000, values={}), asked=asked)
+    assert not view.verified() and view.seq == 5_000
+    view.apply(VersionState("e1", time.time(), seq=20_000, upto=20_000, values={}), asked=asked)
+    assert view.verified()
+
+
+def test_a_view_is_verified_by_the_monotonic_clock_not_the_wall_clock() -> None:
+    from tricache.stores.base import VersionState
+    from tricache.versions import VersionView
+
+    view = VersionView(max_lag=2.0)
+    wall_an_hour_ahead = time.time() + 3600  # the wall clock stepped during the poll
+    state = VersionState("e1", time.time(), 0, 0, {})
+    view.apply(state, asked=(wall_an_hour_ahead, time.monotonic() - 5))  # sent 5 s ago
+    assert not view.verified()
+
+
+def test_epochs_only_move_forward_in_a_view() -> None:
+    from tricache.stores.base import VersionState
+    from tricache.versions import VersionView
+
+    view = VersionView()
+    now = (time.time(), time.monotonic())
+    view.apply(VersionState("e1", time.time(), 1, 1, {"tag:a": 3}), asked=now)
+    assert view.apply(VersionState("e2", time.time(), 0, 0, {}), asked=now) is True
+    assert view.apply(VersionState("e1", time.time(), 1, 1, {"tag:a": 3}), asked=now) is False
+    assert view.epoch == "e2" and view.retired("e1") and view.tag("a") == 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["L2Store", "Record", "VersionState", "WrittenKeys"]
+__all__ = ["DamagedState", "L2Store", "Record", "VersionState", "WrittenKeys"]
 
 
 class Record(NamedTuple):
@@ -34,6 +34,14 @@ class VersionState(NamedTuple):
     seq: int  # changes made in this epoch so far
     upto: int  # ``values`` hold every change up to this seq (< seq: ask again from here)
     values: dict[str, float]  # changed (or asked) names -> current value; absent names are 0
+
+
+class DamagedState(ValueError):
+    """The store holds a version that is not a number: the epoch cannot be trusted."""
+
+    def __init__(self, epoch: str, detail: str) -> None:
+        super().__init__(f"damaged version state in epoch {epoch}: {detail}")
+        self.epoch = epoch
 
 
 class WrittenKeys(NamedTuple):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import threading
 import weakref
@@ -31,7 +32,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .base import Record, VersionState, WrittenKeys
+from .base import DamagedState, Record, VersionState, WrittenKeys
 
 __all__ = ["RedisStore"]
 
@@ -46,20 +47,36 @@ redis.call('SET', KEYS[1], wm .. ARGV[1], 'PX', ARGV[2])
 return wm
 """
 
-# The version state.  KEYS: meta hash, changes set.  Each script first makes sure the epoch is
-# whole (the hash names it and the set holds its marker); otherwise it starts the epoch given
-# as ARGV[1].  Replies: {epoch, seconds, microseconds, seq, upto, name, value, name, value ...}.
+# The version state.  KEYS: meta hash, changes set.  Each script first makes sure the state is
+# whole; otherwise it starts the epoch given as ARGV[1].  Whole means: both keys of their type,
+# the epoch marked in the set, a whole-number seq, and written by this very server process — a
+# restart may have loaded an older snapshot (or lost the last second of an AOF), and a failover
+# promotes a replica that may lag.  Replies: {epoch, seconds, microseconds, seq, upto, name,
+# value, name, value ...}.
 _EPOCH = """
+local function server()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+end
 local function fresh(epoch)
   redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0)
-  redis.call('ZADD', KEYS[2], 0, '\0' .. epoch)
+  redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0, 'run', server())
+  redis.call('ZADD', KEYS[2], 0, '\\0' .. epoch)
+  return epoch
+end
+local function whole()
+  if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('TYPE', KEYS[2]).ok ~= 'zset' then
+    return nil
+  end
+  local state = redis.call('HMGET', KEYS[1], 'epoch', 'seq', 'run')
+  local epoch, seq, run = state[1], state[2], state[3]
+  if not epoch or not seq or not string.match(seq, '^%d+$') or run ~= server() then
+    return nil
+  end
+  if not redis.call('ZSCORE', KEYS[2], '\\0' .. epoch) then return nil end
   return epoch
 end
 local function current(candidate)
-  local epoch = redis.call('HGET', KEYS[1], 'epoch')
-  if epoch and redis.call('ZSCORE', KEYS[2], '\0' .. epoch) then return epoch end
-  return fresh(candidate)
+  return whole() or fresh(candidate)
 end
 local function reply(epoch, upto, names)
   local t = redis.call('TIME')
@@ -90,12 +107,15 @@ for i = 5, #ARGV do names[#names + 1] = ARGV[i] end
 return reply(epoch, upto, names)
 """
 )
-# ARGV: candidate epoch, name, value ('' = add one; 'now' = the store's clock)
+# ARGV: candidate epoch, name, value ('' = add one; 'now' = the store's clock).  A version is
+# checked before it is changed (a damaged one starts a new epoch); the floor never goes down.
 _CHANGE = (
     _EPOCH
     + """
 local epoch = current(ARGV[1])
+local old = redis.call('HGET', KEYS[1], ARGV[2])
 if ARGV[3] == '' then
+  if old and not string.match(old, '^%d+$') then epoch = fresh(ARGV[1]) end
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 else
   local value = ARGV[3]
@@ -103,6 +123,8 @@ else
     local t = redis.call('TIME')
     value = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
   end
+  local number = tonumber(old)
+  if number and number == number and number > tonumber(value) then value = old end
   redis.call('HSET', KEYS[1], ARGV[2], value)
 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
@@ -347,9 +369,18 @@ def _new_epoch_id() -> str:
 
 
 def _state(reply: list[Any]) -> VersionState:
+    """Parse a script's reply; ``DamagedState`` when a stored number is not one."""
     text = [v.decode() if isinstance(v, bytes) else str(v) for v in reply]
     epoch, seconds, micros, seq, upto, *pairs = text
-    values = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    values = {}
+    for name, raw in zip(pairs[::2], pairs[1::2], strict=True):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise DamagedState(epoch, f"{name}={raw[:40]!r}") from None
+        if not math.isfinite(value) or (name != "min_wm" and not value.is_integer()):
+            raise DamagedState(epoch, f"{name}={raw[:40]!r}")
+        values[name] = value
     clock = int(seconds) + int(micros) / 1e6
     return VersionState(epoch, clock, int(seq), int(float(upto)), values)
 

@@ -140,8 +140,8 @@ class SQLiteStore:
         with self._lock, self._transaction("IMMEDIATE"):
             epoch, seq = self._epoch(namespace)
             seq += 1
-            if value is None:
-                value = self._values(namespace, [name]).get(name, 0.0) + 1
+            old = self._values(namespace, [name]).get(name, 0.0)
+            value = old + 1 if value is None else max(old, value)  # the floor never goes down
             self._db.execute("UPDATE epochs SET seq = ? WHERE namespace = ?", (seq, namespace))
             self._db.execute(
                 "INSERT OR REPLACE INTO versions (namespace, name, value, seq) VALUES (?, ?, ?, ?)",
