@@ -2,10 +2,11 @@
 
 Each process keeps its own filter (rbloom).  It learns the keys that *other* processes wrote
 from the store's write log (a Redis stream, or SQLite's growing row ids): when the filter says
-"absent" and its last sync is older than ``sync_s`` (50 ms), it reads the log first.  Another
-process's entry is therefore missed for at most ``sync_s``, never for good, and under heavy miss
-traffic one log read covers many skipped round trips.  Until the first full load finishes (in a
-background thread) the filter answers "maybe" for every key.
+"absent" and its last sync is older than ``sync_s`` (50 ms), the exact tier has its upkeep
+thread read the log (never the request path).  Another process's entry is therefore missed for
+about ``sync_s`` plus one catch-up, never for good — a late entry costs one LLM call, never a
+wrong answer.  Until the first full load finishes (in a background thread) the filter answers
+"maybe" for every key.
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ class KeyFilter:
             self._start_load(store, namespace)
             return
         with self._lock:
-            complete = self._follow_log(store, namespace)
-            self._synced_at = time.monotonic()
+            try:
+                complete = self._follow_log(store, namespace)
+            finally:  # a failed catch-up waits its turn like a good one
+                self._synced_at = time.monotonic()
         if not complete or self._bloom.approx_items > self.capacity:
             why = "full" if complete else "write log gap"
             log.info("tricache: bloom filter rebuilding (%s)", why)

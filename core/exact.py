@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from .policy import TtlPolicy
 from .request import CacheRequest, exact_key
 from .stores.base import DamagedState, L2Store, VersionState
 from .stores.memory import TTLLRU
+from .upkeep import Upkeep
 from .versions import KB, MIN_WATERMARK, Stamp, VersionView, tag_meta
 
 __all__ = ["ExactHit", "ExactTier", "StoreUnavailable"]
@@ -85,6 +87,11 @@ class ExactTier:
         self._next_refresh = 0.0
         self._subscribed = store is None or not store.has_pubsub
         self._id = next(_tier_ids)  # names this tier's misses in the caller's context
+        self._upkeep = Upkeep(self, refresh_s, "tricache-upkeep")
+        self._wanted: set[str] = set()  # names a lookup could not judge: the next poll reads them
+        self._poll_wanted = False
+        self._bloom_wanted = False
+        self._wanted_lock = threading.Lock()
         self._place = (_location(store), namespace)
         _SIBLINGS.setdefault(self._place, weakref.WeakSet()).add(self)
         self._policy_checked = store is None
@@ -97,29 +104,54 @@ class ExactTier:
         return exact_key(request, cache_version=self.cache_version, volatile=self.volatile_context)
 
     # lookup --------------------------------------------------------------------------------
+    # A lookup makes at most one store call before its L2 read, and only when it must: the
+    # versions are unverified (first use, store trouble) or the request has tags this process
+    # has not read.  Everything else the store is asked (polls, the Bloom filter's catch-up,
+    # what an entry from L2 needs) is the upkeep thread's job.
     def get(self, request: CacheRequest) -> ExactHit | None:
         key, tags = self.key(request), request.tags
-        done, hit = self._without_l2(key, tags, self.refresh_if_due())
+        done, hit = self._without_l2(key, tags, self._ready(tags))
         if done:
             return hit
         try:
             record = self.store.get(key)  # type: ignore[union-attr]
         except Exception as exc:
             self._failed("read", exc)
-            return self._settled(key, tags, None, may_ask=False)  # one timeout per lookup
+            return self._settled(key, tags, None)
         return self._settled(key, tags, self._read(key, record))
 
     async def aget(self, request: CacheRequest) -> ExactHit | None:
         key, tags = self.key(request), request.tags
-        done, hit = self._without_l2(key, tags, await self.arefresh_if_due())
+        done, hit = self._without_l2(key, tags, await self._aready(tags))
         if done:
             return hit
         try:
             record = await self.store.aget(key)  # type: ignore[union-attr]
         except Exception as exc:
             self._failed("read", exc)
-            return self._settled(key, tags, None, may_ask=False)
+            return self._settled(key, tags, None)
         return self._settled(key, tags, self._read(key, record))
+
+    def _ready(self, tags: tuple[str, ...]) -> bool:
+        """Make the view fit for a request with ``tags`` (one poll, when needed and the
+        breaker allows); ``False`` when that call failed: the lookup has spent its budget."""
+        names = self._missing(tags)
+        return names is None or self._poll(names)
+
+    async def _aready(self, tags: tuple[str, ...]) -> bool:
+        names = self._missing(tags)
+        return names is None or await self._apoll(names)
+
+    def _missing(self, tags: tuple[str, ...]) -> list[str] | None:
+        """The names a poll must read before this request (``[]``: just the changes), or
+        ``None`` when no store call is needed or allowed now."""
+        if self.store is None:
+            return None
+        self._upkeep.start()
+        names = [tag_meta(t) for t in self.versions.unknown(tags)]
+        if (not names and self.versions.verified()) or not self.breaker.allow():
+            return None
+        return names
 
     def _without_l2(
         self, key: str, tags: tuple[str, ...], reachable: bool
@@ -133,26 +165,19 @@ class ExactTier:
             return True, None
         hit = self._from_l1(key)
         if hit is not None or not self._should_read_l2(key, reachable):
-            return True, self._settled(key, tags, hit, may_ask=reachable)
+            return True, self._settled(key, tags, hit)
         return False, None
 
-    def _settled(
-        self, key: str, tags: tuple[str, ...], hit: ExactHit | None, may_ask: bool = True
-    ) -> ExactHit | None:
+    def _settled(self, key: str, tags: tuple[str, ...], hit: ExactHit | None) -> ExactHit | None:
         """A miss remembers the versions it began under, for the answer the caller will write."""
         if hit is None:
-            _remember((self._id, key), self._stamp(tags, may_ask) or _UNFIT)
+            _remember((self._id, key), self._stamp(tags) or _UNFIT)
         return hit
 
-    def _stamp(self, tags: tuple[str, ...], may_ask: bool = True) -> Stamp | None:
-        """The versions a request with ``tags`` begins under; what this view lacks (the epoch,
-        tags it has not seen) is read first.  ``None`` when that fails or ``may_ask`` is False
-        (the lookup already spent its store call): its answer will not be stored."""
-        if self.store is None:
-            return self.versions.stamp(tags)
-        names = [tag_meta(t) for t in self.versions.unknown(tags)]
-        unsure = bool(names) or not self.versions.verified()
-        if unsure and not (may_ask and self.breaker.allow() and self._poll(names)):
+    def _stamp(self, tags: tuple[str, ...]) -> Stamp | None:
+        """The versions a request with ``tags`` begins under; ``None`` when this view cannot
+        vouch for them (unverified, or a tag not read): its answer will not be stored."""
+        if self.store is not None and (self.versions.unknown(tags) or not self.versions.verified()):
             return None
         return self.versions.stamp(tags)
 
@@ -169,9 +194,11 @@ class ExactTier:
         now.  For tiers that hold references to exact entries; not counted as a lookup."""
         if not self.versions.verified():
             raise StoreUnavailable("versions not verified with the store")
+        if _trouble.get():
+            raise StoreUnavailable("the store already failed this lookup")  # one timeout at most
         entry = self.l1.get(key)
         if entry is not None:
-            if self._judge(entry, shared=False) is None:
+            if self._judge(entry) is None:
                 return entry
             self.l1.pop(key)
         if self.store is None or not key.startswith(f"tricache:{self.namespace}:x:"):
@@ -192,7 +219,7 @@ class ExactTier:
             self.metrics.incr(TIER, "corrupt")
             self._delete(key)
             return None
-        if self._judge(entry, shared=True) is not None:
+        if self._judge(entry, written=record.watermark) is not None:
             self.metrics.incr(TIER, "stale")
             self._delete(key)
             return None
@@ -203,6 +230,10 @@ class ExactTier:
         """Remove one entry from L1 and L2."""
         self.l1.pop(key)
         self._delete(key)
+
+    def start_lookup(self) -> None:
+        """A lookup begins (in this thread or task): it may spend one store timeout."""
+        _trouble.set(False)
 
     def began(self, request: CacheRequest) -> Stamp | None:
         """The versions the last miss of ``request`` in this thread or task began under."""
@@ -218,7 +249,7 @@ class ExactTier:
         if entry is None:
             return None
         try:
-            reason = self._judge(entry, shared=False)
+            reason = self._judge(entry)
         except StoreUnavailable:
             return None
         if reason is not None:
@@ -249,14 +280,10 @@ class ExactTier:
         bloom = self.bloom
         if bloom is None or bloom.might_contain(key):
             return False
-        if bloom.sync_due():  # another process may have written it since the last sync
-            try:
-                bloom.sync(self.store, self.namespace)  # type: ignore[arg-type]
-            except Exception as exc:
-                self._failed("refresh", exc)
-                return True
-            return not bloom.might_contain(key)
-        return True
+        if bloom.sync_due():  # another process may have written it: catch up, off this path
+            self._bloom_wanted = True
+            self._upkeep.wake()
+        return True  # a key written elsewhere since the last catch-up costs one LLM call
 
     def _from_l2(self, key: str, record: Any) -> ExactHit | None:
         try:
@@ -268,7 +295,7 @@ class ExactTier:
             self._miss()
             return None
         try:
-            reason = self._judge(entry, shared=True)
+            reason = self._judge(entry, written=record.watermark)
         except StoreUnavailable:  # cannot tell: a miss, and the entry stays
             self._miss()
             return None
@@ -283,20 +310,28 @@ class ExactTier:
         self.metrics.incr(TIER, "hits_l2")
         return ExactHit(entry, key, "l2")
 
-    def _judge(self, entry: CacheEntry, *, shared: bool) -> str | None:
-        """Why ``entry`` is stale, or ``None``.  What this view cannot tell yet — a tag it has
-        not read, or another epoch on an entry from the store (older, or newer than the view)
-        — is asked of the store first; ``StoreUnavailable`` when it does not answer."""
+    def _judge(self, entry: CacheEntry, *, written: float | None = None) -> str | None:
+        """Why ``entry`` is stale, or ``None``; ``StoreUnavailable`` when this view cannot tell
+        yet (the upkeep thread is asked to learn what is missing).  ``written``: the store's
+        clock when an entry read from L2 was written.  An entry of another epoch is stale when
+        this view has verified its own epoch since that write (epochs only move forward in
+        the store); otherwise it may be newer than the view."""
         reason = self.versions.stale_reason(entry)
-        unsure = reason == "unknown_tag" or (reason == "epoch" and shared)
-        if unsure and self.store is not None:
-            names = [tag_meta(t) for t in self.versions.unknown(list(entry.tag_versions))]
-            if not self.breaker.allow() or not self._poll(names):
-                raise StoreUnavailable("versions could not be read")
-            reason = self.versions.stale_reason(entry)
+        newer_maybe = written is None or written >= self.versions.verified_clock - _CLOCK_MARGIN_S
+        if reason == "epoch" and written is not None and newer_maybe:
+            self._learn_soon([])
+            raise StoreUnavailable("an entry of an epoch this view has not seen")
         if reason == "unknown_tag":
-            raise StoreUnavailable("tag versions could not be read")
+            self._learn_soon([tag_meta(t) for t in self.versions.unknown(list(entry.tag_versions))])
+            raise StoreUnavailable("tag versions not read yet")
         return reason
+
+    def _learn_soon(self, names: list[str]) -> None:
+        """Have the upkeep thread read ``names`` (and the changes) now."""
+        with self._wanted_lock:
+            self._wanted.update(names)
+            self._poll_wanted = True
+        self._upkeep.wake()
 
     def _miss(self) -> None:
         self.metrics.incr(TIER, "misses")
@@ -317,6 +352,8 @@ class ExactTier:
         """Store an answer; ``None`` when it was not stored (too large, stale, or dropped).
         ``stamp``: the versions its request began under (by default those its lookup's miss
         recorded, else the current ones)."""
+        if stamp is None and self._missing(request.tags) is not None:
+            self._ready(request.tags)  # an update with no lookup before it: read the versions
         prepared = self._prepare(request, text, payload, category, negative, tokens, model, stamp)
         if prepared is None:
             return None
@@ -344,6 +381,8 @@ class ExactTier:
         model: str = "",
         stamp: Stamp | None = None,
     ) -> CacheEntry | None:
+        if stamp is None and self._missing(request.tags) is not None:
+            await self._aready(request.tags)
         prepared = self._prepare(request, text, payload, category, negative, tokens, model, stamp)
         if prepared is None:
             return None
@@ -429,26 +468,36 @@ class ExactTier:
         return min(self.policy.l1, self.policy.base_ttl(entry.category, negative=entry.negative))
 
     # versions, invalidation, eviction ------------------------------------------------------
-    def refresh_if_due(self) -> bool:
-        """Poll shared versions and the Bloom write log, at most once per ``refresh_s``;
-        ``False`` when that poll just failed."""
-        if not self._poll_due():
-            return True
+    def upkeep(self) -> None:
+        """What the upkeep thread does, every ``refresh_s`` or when woken: poll the versions
+        (plus names a lookup could not judge), catch the Bloom filter up, and once check
+        Redis's eviction policy.  Each step behind the breaker."""
+        if self.store is None or not self.breaker.allow():
+            return
+        with self._wanted_lock:
+            names, self._wanted = sorted(self._wanted), set()
+            wanted, self._poll_wanted = self._poll_wanted, False
+        if wanted or names or time.monotonic() >= self._next_refresh:
+            self._next_refresh = time.monotonic() + self.refresh_s
+            if not self._poll(names):
+                return
+        bloom = self.bloom
+        if bloom is not None and bloom.ready and bloom.sync_due() and self.breaker.allow():
+            self._bloom_wanted = False
+            try:
+                bloom.sync(self.store, self.namespace)
+            except Exception as exc:
+                self._failed("refresh", exc)
+        if not self._policy_checked and self.breaker.allow():
+            self._policy_checked = True
+            try:
+                _warn_if_evicting(self.store.eviction_policy())
+            except Exception as exc:
+                log.debug("tricache: eviction policy unknown (%s)", exc)
+
+    def refresh(self) -> bool:
+        """Poll the versions now; ``False`` when the store did not answer."""
         return self._poll()
-
-    async def arefresh_if_due(self) -> bool:
-        if not self._poll_due():
-            return True
-        return await self._apoll()
-
-    def _poll_due(self) -> bool:
-        """Every ``refresh_s``, and at each lookup while the versions are unverified (the
-        breaker spaces those out when the store is down)."""
-        now = time.monotonic()
-        if self.store is None or (now < self._next_refresh and self.versions.verified()):
-            return False
-        self._next_refresh = now + self.refresh_s
-        return self.breaker.allow()
 
     def _poll(self, names: list[str] | None = None) -> bool:
         """Bring the versions up to date (plus ``names``); ``False`` when the store failed."""
@@ -525,8 +574,7 @@ class ExactTier:
         if self.bloom is not None and not self.bloom.ready:
             self.bloom.sync(self.store, self.namespace)  # type: ignore[arg-type]  # starts the load
         if not self._policy_checked:
-            self._policy_checked = True
-            _warn_if_evicting(self.store.eviction_policy())  # type: ignore[union-attr]
+            self._upkeep.wake()  # checks the eviction policy, off the request path
 
     def _sweep_l1(self) -> None:
         fresh = (None, "unknown_tag")  # an unknown tag is read when the entry is next asked for
@@ -599,8 +647,8 @@ class ExactTier:
         except Exception:
             self.metrics.incr(TIER, "bad_events")
             return
-        if not known:  # another epoch (or a new one): ask the store at the next lookup
-            self._next_refresh = 0.0
+        if not known:  # another epoch (or a new one): ask the store now
+            self._learn_soon([])
         elif name in (KB, MIN_WATERMARK):
             self._sweep_l1()
 
@@ -620,12 +668,21 @@ class ExactTier:
                 counts["corrupt"] += 1
                 doomed.append(key)
                 continue
-            if self._judge(entry, shared=True) is not None:
+            if self._evictable(entry, record.watermark):
                 counts["stale"] += 1
                 doomed.append(key)
         self.store.delete(doomed)
         self._sweep_l1()
         return counts
+
+    def _evictable(self, entry: CacheEntry, written: float) -> bool:
+        """Stale for sure (an admin task: it reads what this view lacks, then judges)."""
+        for _ in range(2):
+            try:
+                return self._judge(entry, written=written) is not None
+            except StoreUnavailable:
+                self._poll([tag_meta(t) for t in entry.tag_versions])
+        return False  # cannot tell: the entry stays
 
     def clear(self) -> None:
         """Drop every entry of the namespace, in L2 and in every process's L1: a new epoch
@@ -639,13 +696,13 @@ class ExactTier:
             raise StoreUnavailable(f"{self.store_name} did not take the change: {exc}") from exc
         for tier in self._siblings():
             tier.l1.clear()
-            tier._next_refresh = 0.0
+            tier._poll()
         self._publish([epoch, "", 0])
-        self._poll()
         self.store.clear(self.namespace)
 
     # failures ------------------------------------------------------------------------------
     def _failed(self, what: str, exc: Exception) -> None:
+        _trouble.set(True)
         self.breaker.failure()
         self.metrics.incr(TIER, f"{what}_errors")
         if what == "write":
@@ -667,11 +724,15 @@ class ExactTier:
         return self.store.name if self.store is not None else "none"
 
     def close(self) -> None:
+        self._upkeep.stop()
         if self.store is not None:
             self.store.close()
 
 
 _UNFIT = Stamp("", 0, 0.0)  # never current: the answer of its request is not stored
+# Redis Cluster nodes' clocks may differ a little; misjudging within it loses an entry (a newer
+# one taken for stale is deleted), never serves a stale one.
+_CLOCK_MARGIN_S = 0.05
 _POLLS_PER_REFRESH = 4  # a poll returns up to 5,000 changes; a view far behind asks again
 
 
@@ -709,6 +770,9 @@ _began: ContextVar[Mapping[tuple[int, str], Stamp]] = ContextVar(
     "tricache_began", default=MappingProxyType({})
 )
 _tier_ids = itertools.count()
+# set when a store call failed in this thread or task since its lookup began: the rest of the
+# lookup (the semantic tier's references) asks the store nothing more
+_trouble: ContextVar[bool] = ContextVar("tricache_store_trouble", default=False)
 _SIBLINGS: dict[tuple[str, str], weakref.WeakSet[ExactTier]] = {}
 
 

@@ -209,6 +209,7 @@ class Cache:
         self._check(request)
         if not self._may_cache(request):  # curated answers only
             return self._faq_lookup(request) if semantic else None
+        self.exact.start_lookup()
         start = time.perf_counter()
         try:
             found = self.exact.get(request)
@@ -227,6 +228,7 @@ class Cache:
         self._check(request)
         if not self._may_cache(request):
             return await asyncio.to_thread(self._faq_lookup, request) if semantic else None
+        self.exact.start_lookup()
         start = time.perf_counter()
         try:
             found = await self.exact.aget(request)

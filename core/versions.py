@@ -55,6 +55,7 @@ class VersionView:
         self._floor = 0.0
         self._tags: OrderedDict[str, int] = OrderedDict()
         self._offset = 0.0  # the store's clock minus ours
+        self.verified_clock = float("-inf")  # the store's clock at the last full poll
         self._verified_at = float("inf") if local else float("-inf")
         self._retired: deque[str] = deque(maxlen=64)
         self._lock = threading.Lock()
@@ -72,6 +73,7 @@ class VersionView:
                 if self.epoch:
                     self._retired.append(self.epoch)  # epochs only move forward
                 self.epoch, self.seq = state.epoch, 0
+                self.verified_clock = float("-inf")
                 self._kb, self._floor = 0, 0.0
                 self._tags.clear()
             for name, value in state.values.items():
@@ -82,6 +84,7 @@ class VersionView:
                 self._offset = state.clock - (wall + time.time()) / 2
                 if state.upto >= state.seq:
                     self._verified_at = max(self._verified_at, monotonic)
+                    self.verified_clock = max(self.verified_clock, state.clock)
         return renewed
 
     def retired(self, epoch: str) -> bool:

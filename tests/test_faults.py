@@ -88,8 +88,9 @@ def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(
     sleeper.join()
     assert elapsed < 1.0  # bounded by the 50 ms socket timeout, far below the 2 s stall
     stats = cache.stats()["exact"]
-    # one failed round trip (the version poll or the read), and not a second one after it
-    assert stats.get("read_errors", 0) + stats.get("refresh_errors", 0) == 1
+    # one failed round trip (the read), and not a second one after it: not the semantic tier's
+    # reference to the same entry (the background poll may fail too, off the request path)
+    assert stats.get("read_errors", 0) == 1 and stats.get("fetch_errors", 0) == 0
     cache.close()
 
 

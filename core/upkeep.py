@@ -1,0 +1,67 @@
+"""Background upkeep: work a tier needs done regularly, kept off the request path.
+
+One daemon thread per owner runs ``owner.upkeep()`` every ``period`` seconds, or at once when
+asked (``wake``).  The thread holds only a weak reference: an owner nobody uses any more is
+collected and its thread ends.  After a fork the child has no thread; the first ``start`` there
+makes a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Protocol
+
+__all__ = ["Upkeep"]
+
+log = logging.getLogger(__name__)
+
+
+class _Owner(Protocol):
+    def upkeep(self) -> None: ...
+
+
+class Upkeep:
+    """``start()`` once (idempotent, fork-aware), ``wake()`` to run soon, ``stop()`` to end."""
+
+    def __init__(self, owner: _Owner, period: float, name: str) -> None:
+        self._owner = weakref.ref(owner)
+        self.period = period
+        self.name = name
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self._pid == os.getpid() or self._stopped.is_set():
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._pid = os.getpid()
+            self._wake = threading.Event()  # a fork copied the parent's state: start clean
+            threading.Thread(target=self._run, name=self.name, daemon=True).start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        wake, pid = self._wake, os.getpid()
+        while not self._stopped.is_set() and pid == os.getpid():
+            wake.wait(self.period)
+            wake.clear()
+            owner = self._owner()
+            if owner is None or self._stopped.is_set():
+                return
+            try:
+                owner.upkeep()
+            except Exception:  # a bug here must not end the thread silently
+                log.exception("tricache: %s failed", self.name)
+            del owner
