@@ -16,7 +16,14 @@ from pathlib import Path
 
 import platformdirs
 
-__all__ = ["data_dir", "installation_secret", "private_dir", "private_file", "private_sqlite"]
+__all__ = [
+    "data_dir",
+    "installation_secret",
+    "private_dir",
+    "private_file",
+    "private_sqlite",
+    "private_tree",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +42,30 @@ def data_dir() -> Path:
 
 
 def private_dir(path: str | Path) -> Path:
-    """``path`` as a directory only its owner can enter: created 0700 (with its missing
-    parents), or tightened when it exists, is ours and lets others in."""
+    """``path`` as a directory only its owner can enter: created 0700 (its missing parents
+    too), or tightened when it exists, is ours and lets others in."""
     path = Path(path)
-    if not path.is_dir():
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)  # an error here is the caller's
+    missing = [p for p in (path, *path.parents) if not p.is_dir()]
+    for directory in reversed(missing):  # an error here is the caller's
+        directory.mkdir(mode=0o700, exist_ok=True)
     _tighten(path, 0o700)
+    return path
+
+
+def private_tree(path: str | Path) -> Path:
+    """``path`` as a private directory, with what an earlier run left in it made private too
+    (directories 0700, files 0600): for a directory another library fills, such as the
+    embedded vector index, whose new files are then only reachable through ``path``."""
+    path = private_dir(path)
+    tightened = 0
+    for parent, dirs, files in os.walk(path):
+        for name in dirs:
+            tightened += _tighten(Path(parent, name), 0o700, quiet=True)
+        for name in files:
+            tightened += _tighten(Path(parent, name), 0o600, quiet=True)
+    if tightened:
+        _once(path, "tree", "tricache: %d paths under %s were open to other users; made private",
+              tightened, path)  # fmt: skip
     return path
 
 
@@ -115,34 +140,31 @@ def _read_or_create_secret(path: Path) -> bytes:
     raise OSError(f"tricache: cannot create the installation secret {path}")
 
 
-def _tighten(path: Path, mode: int) -> None:
+def _tighten(path: Path, mode: int, *, quiet: bool = False) -> bool:
     """Remove group and other permissions from ``path`` (to at most ``mode``) when we own
-    it; POSIX only."""
+    it, logging once unless ``quiet``; whether it changed.  POSIX only."""
     if os.name != "posix":
-        return
+        return False
     try:
         st = os.stat(path)
     except OSError as exc:
         _once(path, "stat", "tricache: cannot check the permissions of %s: %s", path, exc)
-        return
-    loose = stat.S_IMODE(st.st_mode) & 0o077
-    if not loose:
-        return
+        return False
+    current = stat.S_IMODE(st.st_mode)
+    if not current & 0o077:
+        return False
     if st.st_uid != os.getuid():
-        _once(
-            path,
-            "foreign",
-            "tricache: %s is readable by others and not ours (mode %o)",
-            path,
-            stat.S_IMODE(st.st_mode),
-        )
-        return
+        _once(path, "foreign", "tricache: %s is open to other users and not ours (mode %o)",
+              path, current)  # fmt: skip
+        return False
     try:
-        os.chmod(path, stat.S_IMODE(st.st_mode) & mode)
+        os.chmod(path, current & mode)
     except OSError as exc:
         _once(path, "chmod", "tricache: cannot make %s private: %s", path, exc)
-        return
-    _once(path, "tightened", "tricache: %s was open to other users; made private", path)
+        return False
+    if not quiet:
+        _once(path, "tightened", "tricache: %s was open to other users; made private", path)
+    return True
 
 
 def _once(path: Path, what: str, message: str, *args: object) -> None:
