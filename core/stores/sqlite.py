@@ -47,9 +47,10 @@ class SQLiteStore:
 
     Reads (``get``, ``poll``, ``written_since``, ``is_locked``) have their own connection and
     lock: in WAL mode they never wait behind a writer, in this process or another.  Writes
-    share one connection and give up after ``timeout`` (SQLite's busy wait, and the wait for
-    this process's other writers); the caller drops and counts them.  Expired rows are deleted
-    by a daemon thread, at most ``sweep_batch`` rows per transaction.
+    share one connection; a write waits at most ``timeout`` for this process's other writers,
+    then at most ``timeout`` for SQLite's lock, and raises: the caller drops and counts it.
+    Expired rows are deleted by a daemon thread every ``sweep_every`` seconds, at most
+    ``sweep_batch`` rows per transaction.
 
     Without pub/sub, other processes learn of invalidations by polling the version tables
     (the exact tier does this every ``refresh_s``).
