@@ -2,6 +2,10 @@
 
 ``record`` only puts the decision on a queue; a daemon thread writes batches.  Rows are plain
 columns plus JSON, so they can be read with any SQLite client or ``AuditLog.recent``.
+
+The file is private to the user (0600).  A question is recorded by a hash keyed with the
+installation's secret (``TRICACHE_HOME/secret``): the hashes of one installation compare
+across its processes, but a guessed question cannot be confirmed from the log alone.
 """
 
 from __future__ import annotations
@@ -10,12 +14,17 @@ import contextlib
 import json
 import logging
 import queue
+import secrets
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from dataclasses import asdict, is_dataclass
+from hashlib import blake2b
 from pathlib import Path
 from typing import Any
+
+from .home import installation_secret, private_sqlite
 
 __all__ = ["AuditLog"]
 
@@ -34,12 +43,18 @@ CREATE TABLE IF NOT EXISTS feedback (
 
 
 class AuditLog:
-    """Decisions and feedback in ``path`` (SQLite); bounded queue, never blocks a lookup."""
+    """Decisions and feedback in ``path`` (SQLite); bounded queue, never blocks a lookup.
 
-    def __init__(self, path: str | Path, max_queue: int = 10_000) -> None:
+    ``secret`` keys the question hashes (by default the installation's secret)."""
+
+    def __init__(
+        self, path: str | Path, max_queue: int = 10_000, *, secret: bytes | None = None
+    ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(self.path) as db:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_sqlite(self.path)
+        self._secret = secret if secret is not None else _secret()
+        with closing(sqlite3.connect(self.path)) as db, db:
             db.executescript(_SCHEMA)
         self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue(max_queue)
         self.dropped = 0
@@ -56,7 +71,7 @@ class AuditLog:
             "INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 time.time(),
-                row["query_hash"],
+                self.query_hash(row["query_hash"]),
                 row.get("hit"),
                 row.get("score"),
                 row.get("skipped"),
@@ -65,6 +80,11 @@ class AuditLog:
                 json.dumps(row.get("rejected", {})),
             ),
         )
+
+    def query_hash(self, value: str) -> str:
+        """What the log stores for a decision's ``query_hash`` ``value``: keyed BLAKE2b."""
+        key = self._secret
+        return blake2b(value.encode("utf-8", "surrogatepass"), key=key, digest_size=16).hexdigest()
 
     def feedback(
         self,
@@ -115,7 +135,7 @@ class AuditLog:
         if table not in ("decisions", "feedback"):
             raise ValueError("table must be 'decisions' or 'feedback'")
         self.flush()
-        with sqlite3.connect(self.path) as db:
+        with closing(sqlite3.connect(self.path)) as db:
             db.row_factory = sqlite3.Row
             rows = db.execute(f"SELECT * FROM {table} ORDER BY ts DESC LIMIT ?", (limit,))
             return [dict(r) for r in rows]
@@ -124,3 +144,13 @@ class AuditLog:
         self.flush()
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
+
+
+def _secret() -> bytes:
+    """The installation's secret; a per-process one (hashes that compare within this process
+    only) when it cannot be read or created."""
+    try:
+        return installation_secret()
+    except OSError as exc:
+        log.warning("tricache: audit hashes keyed per process: no installation secret (%s)", exc)
+        return secrets.token_bytes(32)

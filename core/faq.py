@@ -23,6 +23,7 @@ import numpy as np
 
 from .embed import Embedder
 from .guards import Guard, antonym, check, entity, negation, number, order, wh_word
+from .home import private_sqlite
 from .request import normalize_query, text_bytes
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
@@ -96,6 +97,7 @@ class FaqStore:
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)  # 0600, and its -wal/-shm with it
         self.namespace = namespace
         self.embedder = embedder
         self.threshold = threshold

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
+from ..home import private_sqlite
 from .base import Record, VersionState, WrittenKeys
 
 __all__ = ["SQLiteStore"]
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -37,10 +43,17 @@ CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, expires_at REAL NOT NUL
 
 
 class SQLiteStore:
-    """L2 on a local SQLite file: an expiry column, a periodic sweep, no pub/sub.
+    """L2 on a local SQLite file: an expiry column, a background sweep, no pub/sub.
 
-    Without pub/sub, other processes learn of invalidations by polling the meta table (the
-    exact tier does this every ``version_refresh_s``).
+    Reads (``get``, ``poll``, ``written_since``, ``is_locked``) have their own connection and
+    lock: in WAL mode they never wait behind a writer, in this process or another.  Writes
+    share one connection; a write waits at most ``timeout`` for this process's other writers,
+    then at most ``timeout`` for SQLite's lock, and raises: the caller drops and counts it.
+    Expired rows are deleted by a daemon thread every ``sweep_every`` seconds, at most
+    ``sweep_batch`` rows per transaction.
+
+    Without pub/sub, other processes learn of invalidations by polling the version tables
+    (the exact tier does this every ``refresh_s``).
     """
 
     name = "sqlite"
@@ -50,48 +63,89 @@ class SQLiteStore:
         self,
         path: str | Path,
         *,
-        timeout: float = 0.25,
+        timeout: float = 0.1,
         sweep_every: float = 60.0,
+        sweep_batch: int = 1000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_sqlite(self.path)
         self._clock = clock
-        self._sweep_every = sweep_every
-        self._next_sweep = 0.0
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.path, timeout=timeout, check_same_thread=False, isolation_level=None
-        )
+        self._timeout = timeout
+        self.sweep_batch = sweep_batch
+        self._lock = threading.Lock()  # the writer connection
+        self._db = self._connect()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._read_lock = threading.Lock()
+        self._reader = self._connect()
+        self._reader.execute("PRAGMA query_only=1")
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(
+            target=_sweep_forever,
+            args=(weakref.ref(self), self._stop, sweep_every),
+            name="tricache-sqlite-sweep",
+            daemon=True,
+        )
+        self._sweeper.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
+        )
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """The writer connection, or ``sqlite3.OperationalError`` when this process's other
+        writers hold it longer than the write budget."""
+        if not self._lock.acquire(timeout=self._timeout):
+            raise sqlite3.OperationalError("database is locked (by this process's writers)")
+        try:
+            yield self._db
+        finally:
+            self._lock.release()
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        """Rows of one read on the reader connection (fetched whole: no read stays open)."""
+        with self._read_lock:
+            return self._reader.execute(sql, args).fetchall()
 
     # entries -------------------------------------------------------------------------------
     def get(self, key: str) -> Record | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT value, watermark FROM entries WHERE key = ? AND expires_at > ?",
-                (key, self._clock()),
-            ).fetchone()
-        return Record(bytes(row[0]), row[1]) if row else None
+        rows = self._query(
+            "SELECT value, watermark FROM entries WHERE key = ? AND expires_at > ?",
+            (key, self._clock()),
+        )
+        return Record(bytes(rows[0][0]), rows[0][1]) if rows else None
 
     def set(self, key: str, value: bytes, ttl: float) -> float:
         now = self._clock()
-        with self._lock:
-            self._db.execute(
+        with self._writing() as db:
+            db.execute(
                 "INSERT OR REPLACE INTO entries (key, value, watermark, expires_at)"
                 " VALUES (?, ?, ?, ?)",
                 (key, value, now, now + ttl),
             )
-            if now >= self._next_sweep:
-                self._next_sweep = now + self._sweep_every
-                self._db.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
         return now
 
+    def sweep(self) -> int:
+        """Delete at most ``sweep_batch`` expired entries (and expired locks); how many
+        entries.  Called by the sweeper thread; one short write transaction."""
+        now = self._clock()
+        with self._writing() as db:
+            cur = db.execute(
+                "DELETE FROM entries WHERE id IN"
+                " (SELECT id FROM entries WHERE expires_at <= ? LIMIT ?)",
+                (now, self.sweep_batch),
+            )
+            db.execute("DELETE FROM locks WHERE expires_at <= ?", (now,))
+        return cur.rowcount
+
     def delete(self, keys: Sequence[str]) -> None:
-        with self._lock:
-            self._db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])
+        with self._writing() as db:
+            db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])
 
     async def aget(self, key: str) -> Record | None:
         return await asyncio.to_thread(self.get, key)
@@ -106,23 +160,38 @@ class SQLiteStore:
     def poll(
         self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
     ) -> VersionState:
-        with self._lock:
-            if not self._has_epoch(namespace):  # the first use of the namespace
-                with self._transaction("IMMEDIATE"):
-                    self._epoch(namespace)
-            with self._transaction("DEFERRED"):  # a snapshot: the epoch and its values agree
-                return self._read(namespace, epoch, after, names)
+        with self._read_lock, _transaction(self._reader, "DEFERRED"):  # a snapshot
+            state = self._read(self._reader, namespace, epoch, after, names)
+        if state is not None:
+            return state
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):  # the namespace's first use
+            self._epoch(db, namespace)
+            state = self._read(db, namespace, epoch, after, names)
+        assert state is not None
+        return state
 
-    def _read(self, namespace: str, epoch: str, after: int, names: Sequence[str]) -> VersionState:
-        current, seq = self._epoch(namespace)
+    def _read(
+        self,
+        db: sqlite3.Connection,
+        namespace: str,
+        epoch: str,
+        after: int,
+        names: Sequence[str],
+    ) -> VersionState | None:
+        """The state of ``namespace`` (``None`` before its first epoch); inside a transaction,
+        so the epoch and its values agree."""
+        row = _epoch_row(db, namespace)
+        if row is None:
+            return None
+        current, seq = row
         after = after if epoch == current else 0
         values = dict(
-            self._db.execute(
+            db.execute(
                 "SELECT name, value FROM versions WHERE namespace = ? AND seq > ?",
                 (namespace, after),
             ).fetchall()
         )
-        values.update(self._values(namespace, [n for n in names if n not in values]))
+        values.update(_values(db, namespace, [n for n in names if n not in values]))
         return VersionState(current, self._clock(), seq, seq, values)
 
     async def apoll(
@@ -137,80 +206,43 @@ class SQLiteStore:
         return self._change(namespace, "min_wm", self._clock() if value is None else value)
 
     def _change(self, namespace: str, name: str, value: float | None) -> VersionState:
-        with self._lock, self._transaction("IMMEDIATE"):
-            epoch, seq = self._epoch(namespace)
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            epoch, seq = self._epoch(db, namespace)
             seq += 1
-            old = self._values(namespace, [name]).get(name, 0.0)
+            old = _values(db, namespace, [name]).get(name, 0.0)
             value = old + 1 if value is None else max(old, value)  # the floor never goes down
-            self._db.execute("UPDATE epochs SET seq = ? WHERE namespace = ?", (seq, namespace))
-            self._db.execute(
+            db.execute("UPDATE epochs SET seq = ? WHERE namespace = ?", (seq, namespace))
+            db.execute(
                 "INSERT OR REPLACE INTO versions (namespace, name, value, seq) VALUES (?, ?, ?, ?)",
                 (namespace, name, value, seq),
             )
         return VersionState(epoch, self._clock(), seq, seq, {name: value})
 
     def new_epoch(self, namespace: str, replacing: str | None) -> str:
-        with self._lock, self._transaction("IMMEDIATE"):
-            current, _ = self._epoch(namespace)
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            current, _ = self._epoch(db, namespace)
             if replacing is None or current == replacing:
-                current = self._start_epoch(namespace)
+                current = _start_epoch(db, namespace)
         return current
 
     def eviction_policy(self) -> str | None:
         return None  # nothing is evicted from the file but expired entries
 
-    def _has_epoch(self, namespace: str) -> bool:
-        query = "SELECT 1 FROM epochs WHERE namespace = ?"
-        return self._db.execute(query, (namespace,)).fetchone() is not None
+    def _epoch(self, db: sqlite3.Connection, namespace: str) -> tuple[str, int]:
+        """The current epoch and seq, starting the first one (in a write transaction)."""
+        return _epoch_row(db, namespace) or (_start_epoch(db, namespace), 0)
 
-    def _epoch(self, namespace: str) -> tuple[str, int]:
-        row = self._db.execute(
-            "SELECT epoch, seq FROM epochs WHERE namespace = ?", (namespace,)
-        ).fetchone()
-        return (str(row[0]), int(row[1])) if row else (self._start_epoch(namespace), 0)
-
-    def _start_epoch(self, namespace: str) -> str:
-        epoch = secrets.token_hex(8)
-        self._db.execute("DELETE FROM versions WHERE namespace = ?", (namespace,))
-        self._db.execute(
-            "INSERT OR REPLACE INTO epochs (namespace, epoch, seq) VALUES (?, ?, 0)",
-            (namespace, epoch),
-        )
-        return epoch
-
-    def _values(self, namespace: str, names: Sequence[str]) -> dict[str, float]:
-        if not names:
-            return {}
-        rows = self._db.execute(
-            f"SELECT name, value FROM versions WHERE namespace = ?"
-            f" AND name IN ({','.join('?' * len(names))})",
-            (namespace, *names),
-        ).fetchall()
-        return {name: dict(rows).get(name, 0.0) for name in names}
-
-    @contextmanager
-    def _transaction(self, mode: str) -> Iterator[None]:
-        """``IMMEDIATE`` to change (two processes never both start an epoch), ``DEFERRED`` to
-        read a consistent snapshot."""
-        self._db.execute(f"BEGIN {mode}")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
-    # bulk ----------------------------------------------------------------------------------
+    # bulk: on a connection of their own, so a long read holds up neither reads nor writes ----
     def keys(self, namespace: str) -> Iterator[str]:
-        with self._lock:
-            rows = self._db.execute(
+        with closing(self._connect()) as db:
+            rows = db.execute(
                 "SELECT key FROM entries WHERE key >= ? AND key < ?", _prefix_range(namespace)
             ).fetchall()
         return (key for (key,) in rows)
 
     def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
-        with self._lock:
-            rows = self._db.execute(
+        with closing(self._connect()) as db:
+            rows = db.execute(
                 "SELECT key, value, watermark FROM entries WHERE key >= ? AND key < ?"
                 " AND expires_at > ?",
                 (*_prefix_range(namespace), self._clock()),
@@ -220,19 +252,19 @@ class SQLiteStore:
 
     def written_since(self, namespace: str, cursor: str) -> WrittenKeys:
         low, high = _prefix_range(namespace)
-        with self._lock:
-            rows = self._db.execute(
+        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+            rows = self._reader.execute(
                 "SELECT id, key FROM entries WHERE id > ? AND key >= ? AND key < ? ORDER BY id",
                 (int(cursor or 0), low, high),
             ).fetchall()
             if not rows:  # move the cursor past other namespaces' writes too
-                last = self._db.execute("SELECT max(id) FROM entries").fetchone()[0]
+                last = self._reader.execute("SELECT max(id) FROM entries").fetchone()[0]
                 return WrittenKeys([], str(max(int(cursor or 0), last or 0)), True)
         return WrittenKeys([k for _, k in rows], str(rows[-1][0]), True)
 
     def clear(self, namespace: str) -> int:
-        with self._lock:
-            cur = self._db.execute(
+        with self._writing() as db:
+            cur = db.execute(
                 "DELETE FROM entries WHERE key >= ? AND key < ?", _prefix_range(namespace)
             )
         return cur.rowcount
@@ -240,23 +272,22 @@ class SQLiteStore:
     # locks (request coalescing across processes) -------------------------------------------
     def try_lock(self, name: str, ttl: float) -> bool:
         now = self._clock()
-        with self._lock:
-            self._db.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
-            cur = self._db.execute(
+        with self._writing() as db:
+            db.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
+            cur = db.execute(
                 "INSERT OR IGNORE INTO locks (name, expires_at) VALUES (?, ?)", (name, now + ttl)
             )
         return cur.rowcount == 1
 
     def unlock(self, name: str) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM locks WHERE name = ?", (name,))
+        with self._writing() as db:
+            db.execute("DELETE FROM locks WHERE name = ?", (name,))
 
     def is_locked(self, name: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT 1 FROM locks WHERE name = ? AND expires_at > ?", (name, self._clock())
-            ).fetchone()
-        return row is not None
+        rows = self._query(
+            "SELECT 1 FROM locks WHERE name = ? AND expires_at > ?", (name, self._clock())
+        )
+        return bool(rows)
 
     # no pub/sub ----------------------------------------------------------------------------
     def publish(self, namespace: str, message: bytes) -> None:
@@ -266,8 +297,75 @@ class SQLiteStore:
         return None
 
     def close(self) -> None:
-        with self._lock:
+        self._stop.set()
+        if self._sweeper is not threading.current_thread():
+            self._sweeper.join(timeout=1.0)
+        with self._lock, self._read_lock:
             self._db.close()
+            self._reader.close()
+
+
+def _sweep_forever(
+    store_ref: weakref.ref[SQLiteStore], stop: threading.Event, every: float
+) -> None:
+    """Every ``every`` seconds, delete expired entries one bounded batch at a time, pausing
+    between batches so other writers get the lock.  Ends when the store is closed or
+    garbage."""
+    while not stop.wait(every):
+        while not stop.is_set():
+            store = store_ref()
+            if store is None:
+                return
+            try:
+                full = store.sweep() >= store.sweep_batch
+            except sqlite3.Error as exc:  # locked, closed or damaged: try again next time
+                log.debug("tricache: sqlite sweep skipped: %s", exc)
+                full = False
+            del store
+            if not full or stop.wait(_SWEEP_PAUSE_S):
+                break
+
+
+_SWEEP_PAUSE_S = 0.005
+
+
+def _epoch_row(db: sqlite3.Connection, namespace: str) -> tuple[str, int] | None:
+    row = db.execute("SELECT epoch, seq FROM epochs WHERE namespace = ?", (namespace,)).fetchone()
+    return (str(row[0]), int(row[1])) if row else None
+
+
+def _start_epoch(db: sqlite3.Connection, namespace: str) -> str:
+    epoch = secrets.token_hex(8)
+    db.execute("DELETE FROM versions WHERE namespace = ?", (namespace,))
+    db.execute(
+        "INSERT OR REPLACE INTO epochs (namespace, epoch, seq) VALUES (?, ?, 0)",
+        (namespace, epoch),
+    )
+    return epoch
+
+
+def _values(db: sqlite3.Connection, namespace: str, names: Sequence[str]) -> dict[str, float]:
+    if not names:
+        return {}
+    rows = db.execute(
+        f"SELECT name, value FROM versions WHERE namespace = ?"
+        f" AND name IN ({','.join('?' * len(names))})",
+        (namespace, *names),
+    ).fetchall()
+    return {name: dict(rows).get(name, 0.0) for name in names}
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection, mode: str) -> Iterator[None]:
+    """``IMMEDIATE`` to change (two processes never both start an epoch), ``DEFERRED`` to
+    read a consistent snapshot."""
+    db.execute(f"BEGIN {mode}")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 def _prefix_range(namespace: str) -> tuple[str, str]:
