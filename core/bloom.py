@@ -17,6 +17,7 @@ import time
 
 from rbloom import Bloom
 
+from .forks import on_fork
 from .stores.base import L2Store
 
 __all__ = ["KeyFilter"]
@@ -49,6 +50,13 @@ class KeyFilter:
         self._ready = False
         self._loading = False
         self._lock = threading.Lock()
+        on_fork(self._after_fork)
+
+    def _after_fork(self) -> None:
+        """A load running in the parent has no thread here: this process loads its own."""
+        self._lock = threading.Lock()
+        self._loading = False
+        self._ready = False
 
     @property
     def ready(self) -> bool:

@@ -6,6 +6,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from .forks import on_fork
+
 __all__ = ["CircuitBreaker"]
 
 
@@ -29,10 +31,14 @@ class CircuitBreaker:
         self.max_backoff = max_backoff
         self._clock = clock
         self._lock = threading.Lock()
+        on_fork(self._after_fork)
         self._consecutive = 0
         self._current_backoff = backoff
         self._open_until = 0.0
         self.opened = 0  # how many times it opened
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     @property
     def is_open(self) -> bool:

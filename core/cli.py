@@ -93,7 +93,9 @@ Namespace = Annotated[str, typer.Option("--namespace", "-n", help="Cache namespa
 
 def _open(redis_url: str | None, path: Path | None, namespace: str, **kw: Any) -> Cache:
     """A cache whose L2 store is known to work: the library falls back to L1 only when a
-    store cannot be opened, but a command that would persist nothing must say so."""
+    store cannot be opened, but a command that would persist nothing must say so.  A command
+    is a batch job: the semantic tier is opened before it runs (``warm``)."""
+    kw.setdefault("warm", True)
     if redis_url:
         _check_redis(redis_url)
         return Cache(redis_url=redis_url, path=path, namespace=namespace, **kw)
@@ -453,7 +455,7 @@ def faq_import(
     entries = read_entries(file)
     if not entries:
         _fail("no entries to import; nothing changed", file)
-    with _open(redis_url, path, namespace, bloom=False) as cache:
+    with _open(redis_url, path, namespace, bloom=False, semantic=False) as cache:
         count = cache.add_faq(entries)
         console.print(f"imported {count} entries; knowledge-base version bumped")
 
@@ -467,7 +469,7 @@ def faq_search(
     namespace: Namespace = "default",
 ) -> None:
     """Show the FAQ's best candidates for QUERY, and whether it would answer."""
-    with _open(redis_url, path, namespace, bloom=False) as cache:
+    with _open(redis_url, path, namespace, bloom=False, semantic=False) as cache:
         store = cache.faq
         if store is None:
             console.print("the FAQ is empty: tricache faq import FILE")
@@ -559,7 +561,7 @@ def invalidate(
     namespace: Namespace = "default",
 ) -> None:
     """Invalidate every entry written under TAG, in every process."""
-    with _open(redis_url, path, namespace, bloom=False) as cache:
+    with _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False) as cache:
         console.print(f"tag {tag!r} is now at version {cache.invalidate(tag)}")
 
 
@@ -568,7 +570,7 @@ def bump_kb(
     redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace = "default"
 ) -> None:
     """New knowledge-base version: every existing entry of the namespace becomes stale."""
-    with _open(redis_url, path, namespace, bloom=False) as cache:
+    with _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False) as cache:
         console.print(f"knowledge-base version is now {cache.bump_kb_version()}")
 
 

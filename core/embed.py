@@ -14,6 +14,7 @@ download it when the machine has network access).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -167,6 +168,21 @@ _BUILTIN: dict[str, Callable[[], Embedder]] = {
 }
 _loaded: dict[str, CachedEmbedder] = {}
 _load_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """Locks a parent thread held at the fork would stay held here: new ones."""
+    global _load_lock
+    _load_lock = threading.Lock()
+    for embedder in _loaded.values():
+        embedder._lock = threading.Lock()
+        inner = embedder.inner
+        if hasattr(inner, "_lock"):
+            inner._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def get_embedder(spec: str | Embedder | None = None) -> Embedder:

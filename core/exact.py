@@ -27,6 +27,7 @@ import msgpack
 from .bloom import KeyFilter
 from .breaker import CircuitBreaker
 from .entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
+from .forks import on_fork
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .request import CacheRequest, exact_key
@@ -92,6 +93,7 @@ class ExactTier:
         self._poll_wanted = False
         self._bloom_wanted = False
         self._wanted_lock = threading.Lock()
+        on_fork(self._after_fork)
         self._place = (_location(store), namespace)
         _SIBLINGS.setdefault(self._place, weakref.WeakSet()).add(self)
         self._policy_checked = store is None
@@ -543,6 +545,10 @@ class ExactTier:
             return False
         self.breaker.success()
         return True
+
+    def _after_fork(self) -> None:
+        self._wanted_lock = threading.Lock()
+        self._subscribed = self.store is None or not self.store.has_pubsub  # no listener here
 
     def _subscribe(self) -> None:
         if not self._subscribed:

@@ -63,9 +63,8 @@ def private_tree(path: str | Path) -> Path:
             tightened += _tighten(Path(parent, name), 0o700, quiet=True)
         for name in files:
             tightened += _tighten(Path(parent, name), 0o600, quiet=True)
-    if tightened:
-        _once(path, "tree", "tricache: %d paths under %s were open to other users; made private",
-              tightened, path)  # fmt: skip
+    if tightened:  # the engine makes its files 0644: private already through ``path``
+        log.debug("tricache: %d paths under %s made private", tightened, path)
     return path
 
 

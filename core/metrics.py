@@ -6,6 +6,8 @@ import threading
 from collections import Counter, defaultdict, deque
 from typing import Any
 
+from .forks import on_fork
+
 __all__ = ["Metrics"]
 
 
@@ -14,8 +16,12 @@ class Metrics:
 
     def __init__(self, window: int = 4096) -> None:
         self._lock = threading.Lock()
+        on_fork(self._after_fork)
         self._counts: Counter[tuple[str, str]] = Counter()
         self._latency: defaultdict[str, deque[float]] = defaultdict(lambda: deque(maxlen=window))
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     def incr(self, tier: str, event: str, n: int = 1) -> None:
         with self._lock:

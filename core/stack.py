@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import sqlite3
 import threading
 import time
 import warnings
-from collections import OrderedDict
+import weakref
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +28,9 @@ from .breaker import CircuitBreaker
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
 from .faq import FaqEntry, FaqStore, question_key
+from .forks import inherited, on_fork
 from .guards import DEFAULT_GUARDS, Guard, is_cacheable
-from .home import data_dir
+from .home import data_dir, private_dir, private_tree
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .question import locate
@@ -111,6 +114,7 @@ class Cache:
         cache_time_dependent: bool = False,
         audit: bool = True,
         metrics: Metrics | None = None,
+        warm: bool | None = None,
     ) -> None:
         if history_turns is not None:
             warnings.warn(
@@ -174,6 +178,14 @@ class Cache:
         self._faq_absent_until = 0.0
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
+        # The embedder, the vector index and the FAQ take seconds to open: in the background
+        # by default (the semantic tier and the FAQ miss until then), here when asked to.
+        self._warming = _Warming(self)
+        on_fork(self._after_fork)
+        if warm if warm is not None else os.environ.get("TRICACHE_WARM") == "1":
+            self._warming.run()
+        else:
+            self._warming.start()
 
     def request(
         self,
@@ -263,7 +275,7 @@ class Cache:
         return Hit(entry.text, payload, "exact", found.level, found.key, entry, None, found.key)
 
     def _semantic_lookup(self, request: CacheRequest) -> Hit | None:
-        tier = self.semantic
+        tier = self._warming.semantic()
         if tier is None or not self._semantic_breaker.allow():
             return None
         start = time.perf_counter()
@@ -280,11 +292,14 @@ class Cache:
 
     def _faq_lookup(self, request: CacheRequest) -> Hit | None:
         """The curated answer for ``request``'s question, when the FAQ has a confident one."""
-        store = self.faq
+        store = self._warming.faq()
         if store is None or request.history:  # curated answers fit first questions only
             return None
         located = locate(request.query)
         if located is None or located.frame:  # a template with context: not a bare question
+            return None
+        if len(located.question) > _MAX_FAQ_QUESTION_CHARS:  # a bounded-time miss
+            self.metrics.incr("faq", "skipped_too_long")
             return None
         start = time.perf_counter()
         try:
@@ -454,8 +469,11 @@ class Cache:
         return self.exact.began(request)
 
     def _semantic_add(self, request: CacheRequest, entry: CacheEntry) -> None:
-        tier = self.semantic
-        if tier is None or not self._semantic_breaker.allow():
+        tier = self._warming.semantic()
+        if tier is None:  # still warming: indexed once the tier is ready
+            self._warming.defer(request, entry)
+            return
+        if not self._semantic_breaker.allow():
             return
         try:
             ttl = self.exact.policy.base_ttl(entry.category, negative=entry.negative)
@@ -552,6 +570,7 @@ class Cache:
             "l1_bytes": self.exact.l1.bytes,
             "breaker_open": self.exact.breaker.is_open,
             "vector_index": self._semantic.index.name if self._semantic else "none",
+            "warm_up_s": self._warming.took_s,  # None while warming
         }
         return snapshot
 
@@ -574,6 +593,7 @@ class Cache:
         return self._semantic
 
     def close(self) -> None:
+        self._warming.stop()  # waits for a warm-up under way: it may be creating the index
         self.exact.close()
         if self._faq is not None:
             self._faq.close()
@@ -581,6 +601,18 @@ class Cache:
             self._semantic.index.close()
             if self._semantic.audit is not None:
                 self._semantic.audit.close()
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's vector index and FAQ connection are left alone
+        (kept open, never used) and opened again here, in the background."""
+        self._semantic_lock = threading.Lock()
+        if self._semantic is not None:
+            inherited(self._semantic)
+            self._semantic = None
+        if self._faq is not None:
+            inherited(self._faq)
+            self._faq = None
+        self._warming.after_fork()
 
     def __enter__(self) -> Cache:
         return self
@@ -653,6 +685,98 @@ def _beside(path: str | Path | None, what: str) -> Path | None:
 
 
 _REOPEN_AFTER_S = 30
+_MAX_FAQ_QUESTION_CHARS = 2000  # what the FAQ embeds and compares: longer questions are a miss
+
+
+class _Warming:
+    """Opens a cache's semantic tier and FAQ off the request path.
+
+    Until they are open, ``semantic()`` and ``faq()`` return ``None`` (a miss, counted) and the
+    answers written meanwhile wait in a bounded queue to be indexed.  A tier that could not be
+    opened (a Qdrant server down), or an FAQ file that appears later, is opened again in the
+    background, never on the request path."""
+
+    def __init__(self, cache: Cache) -> None:
+        self._cache = weakref.ref(cache)
+        self._lock = threading.Lock()
+        self._running = False
+        self._pid = os.getpid()
+        self._done = threading.Event()
+        self._deferred: deque[tuple[CacheRequest, CacheEntry]] = deque(maxlen=1000)
+        self._faq_checked_at = 0.0
+        self.took_s: float | None = None  # how long the last warm-up took
+
+    def start(self) -> None:
+        """Warm up in a daemon thread (again after a fork, or when something stayed closed)."""
+        with self._lock:
+            if self._running and self._pid == os.getpid():
+                return
+            self._running, self._pid = True, os.getpid()
+        threading.Thread(target=self.run, name="tricache-warm-up", daemon=True).start()
+
+    def run(self) -> None:
+        """Open everything now (blocking): what a ``warm=True`` cache does when it is made."""
+        cache = self._cache()
+        if cache is None:
+            return
+        started = time.perf_counter()
+        try:
+            tier = cache.semantic  # the embedder, the vector index, the guards' word lists
+            if cache._faq_options is not None:
+                cache.faq  # noqa: B018  (opens the FAQ when its file exists)
+            while tier is not None and self._deferred:
+                cache._semantic_add(*self._deferred.popleft())
+        except Exception as exc:  # the tiers stay closed; the exact tier works on
+            log.warning("tricache: warm-up failed: %s", exc)
+        finally:
+            self.took_s = round(time.perf_counter() - started, 2)
+            self._done.set()
+            with self._lock:
+                self._running = False
+
+    def semantic(self) -> SemanticTier | None:
+        cache = self._cache()
+        if cache is None or cache._semantic_options is None:
+            return None
+        if cache._semantic is None:
+            self._not_ready(cache, "semantic")
+        return cache._semantic
+
+    def faq(self) -> FaqStore | None:
+        cache = self._cache()
+        if cache is None or cache._faq_options is None:
+            return None
+        if cache._faq is None:
+            now = time.monotonic()
+            if not self._done.is_set() or now - self._faq_checked_at > 1.0:
+                self._faq_checked_at = now  # (a file made later is found within a second)
+                self._not_ready(cache, "faq")
+            return None
+        return cache._faq if cache._faq.count() else None
+
+    def _not_ready(self, cache: Cache, tier: str) -> None:
+        if not self._done.is_set() or self._pid != os.getpid():
+            cache.metrics.incr(tier, "warming_skips")
+        elif tier == "semantic" and time.monotonic() < cache._semantic_retry_at:
+            return
+        self.start()
+
+    def defer(self, request: CacheRequest, entry: CacheEntry) -> None:
+        """Index this answer once the semantic tier is open (the oldest go first when full)."""
+        self._deferred.append((request, entry))
+        cache = self._cache()
+        if cache is not None:
+            self._not_ready(cache, "semantic")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._deferred.clear()
+        if self._running and self._pid == os.getpid():
+            self._done.wait(timeout)
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._done.clear()
+        self._running = False
 
 
 class _Unavailable(Exception):
@@ -675,8 +799,8 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
                 dim=embedder.dim,
             )
         else:
-            base = options["vector_path"] or data_dir() / "vectors"
-            index = EdgeIndex(Path(base) / embedder.name, embedder.dim)
+            base = private_dir(Path(options["vector_path"] or data_dir() / "vectors"))
+            index = EdgeIndex(private_tree(base / embedder.name), embedder.dim)
         audit_dir = Path(options["vector_path"] or data_dir())
         audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None
     except IndexLocked as exc:

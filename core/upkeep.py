@@ -14,6 +14,8 @@ import threading
 import weakref
 from typing import Protocol
 
+from .forks import on_fork
+
 __all__ = ["Upkeep"]
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,10 @@ class Upkeep:
         self._stopped = threading.Event()
         self._pid = 0
         self._lock = threading.Lock()
+        on_fork(self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the thread itself is started again by ``start``
 
     def start(self) -> None:
         if self._pid == os.getpid() or self._stopped.is_set():

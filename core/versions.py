@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from .entry import CacheEntry
+from .forks import on_fork
 from .stores.base import VersionState
 
 __all__ = ["KB", "MIN_WATERMARK", "Stamp", "VersionView", "tag_meta"]
@@ -58,6 +59,10 @@ class VersionView:
         self.verified_clock = float("-inf")  # the store's clock at the last full poll
         self._verified_at = float("inf") if local else float("-inf")
         self._retired: deque[str] = deque(maxlen=64)
+        self._lock = threading.Lock()
+        on_fork(self._after_fork)
+
+    def _after_fork(self) -> None:
         self._lock = threading.Lock()
 
     # what the store said -------------------------------------------------------------------

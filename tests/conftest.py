@@ -23,8 +23,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing a test does lands in the user's real cache directory."""
+    """Nothing a test does lands in the user's real cache directory.  Caches open their
+    semantic tier and FAQ before returning (``TRICACHE_WARM=1``), so a test's first lookup
+    meets them; tests/test_never_slow.py covers the background warm-up that is the default."""
     monkeypatch.setenv("TRICACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRICACHE_WARM", "1")
 
 
 @pytest.fixture

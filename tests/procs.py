@@ -168,3 +168,22 @@ def storm(options: dict[str, Any], worker: int, seconds: float, results: Queue) 
                      "dropped_writes": stats.get("dropped_writes", 0),
                      "errors": stats.get("read_errors", 0),
                      "hung": sum(t.is_alive() for t in threads)})  # fmt: skip
+
+
+def use_inherited_cache(cache: Cache, n: int, results: Queue) -> None:
+    """In a child forked after the parent used ``cache``: read the parent's answers, ask look-
+    alikes (the inherited vector index must not be touched), write, and report any error."""
+    errors: list[str] = []
+    exact_hits = 0
+    try:
+        for i in range(20):
+            hit = cache.lookup(cache.request(f"How do I configure feature {i}?"))
+            exact_hits += hit is not None and hit.tier == "exact"
+            cache.lookup(cache.request(f"How can I configure feature {i}?"))
+        for i in range(10):
+            request = cache.request(f"written by child {n}" if i == 0 else f"child {n} q {i}")
+            cache.lookup(request)
+            cache.update(request, f"child {n} answer {i}")
+    except Exception as exc:  # reported, not raised: the parent asserts on the report
+        errors.append(repr(exc))
+    results.put({"child": n, "errors": errors, "exact_hits": exact_hits})

@@ -74,9 +74,6 @@ def test_every_file_tricache_creates_is_private(used_cache: Cache) -> None:
     assert {"audit.sqlite3", "secret"} <= seen, seen
 
 
-@pytest.mark.xfail(
-    strict=True, reason="wiring in stack.py: private_tree(vector dir) before EdgeIndex"
-)
 def test_the_vector_index_directory_is_private(used_cache: Cache) -> None:
     """The engine creates its files itself (0644 here): they are private through their
     directory, 0700, and made 0600 when the index is opened again."""

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ..forks import on_fork
+
 __all__ = ["TTLLRU"]
 
 V = TypeVar("V")
@@ -43,6 +45,10 @@ class TTLLRU(Generic[V]):
         self._data: OrderedDict[str, _Slot[V]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        on_fork(self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
 
     def get(self, key: str) -> V | None:
         with self._lock:

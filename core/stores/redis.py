@@ -165,6 +165,7 @@ class RedisStore:
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
+            **_DRIVER,
         )
         self._log_length = write_log_length
         self._sync_client: Any = None
@@ -354,6 +355,19 @@ class RedisStore:
         self._stopped.set()
         if self._sync_client is not None:
             self._sync_client.close()
+
+
+def _driver() -> dict[str, Any]:
+    """Who we are, given once: left to redis-py, each new connection reads its version from
+    the package metadata (files: a blocking call on an event loop)."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # redis-py before 7
+        return {"lib_name": "redis-py", "lib_version": redis.__version__}
+    return {"driver_info": DriverInfo(name="redis-py", lib_version=redis.__version__)}
+
+
+_DRIVER = _driver()
 
 
 def _register(client: Any) -> dict[str, Any]:

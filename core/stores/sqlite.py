@@ -14,6 +14,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..forks import inherited, on_fork
 from ..home import private_sqlite
 from .base import Record, VersionState, WrittenKeys
 
@@ -82,14 +83,28 @@ class SQLiteStore:
         self._read_lock = threading.Lock()
         self._reader = self._connect()
         self._reader.execute("PRAGMA query_only=1")
+        self._sweep_every = sweep_every
+        self._start_sweeper()
+        on_fork(self._after_fork)
+
+    def _start_sweeper(self) -> None:
         self._stop = threading.Event()
         self._sweeper = threading.Thread(
             target=_sweep_forever,
-            args=(weakref.ref(self), self._stop, sweep_every),
+            args=(weakref.ref(self), self._stop, self._sweep_every),
             name="tricache-sqlite-sweep",
             daemon=True,
         )
         self._sweeper.start()
+
+    def _after_fork(self) -> None:
+        """SQLite connections must not cross a fork: the child opens its own (the parent's
+        stay open and unused) and starts its own sweeper."""
+        inherited(self._db, self._reader)
+        self._lock, self._read_lock = threading.Lock(), threading.Lock()
+        self._db, self._reader = self._connect(), self._connect()
+        self._reader.execute("PRAGMA query_only=1")
+        self._start_sweeper()
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(

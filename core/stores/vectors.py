@@ -12,6 +12,7 @@ plain indexes (bulk deletes).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -21,6 +22,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
+
+from ..forks import inherited
+from ..home import private_tree
 
 __all__ = [
     "Candidate",
@@ -96,10 +100,12 @@ class _SharedShard:
                 return shard
             config = EdgeConfig(vectors=EdgeVectorParams(size=dim, distance=Distance.Cosine))
             try:
-                if (path / "edge_config.json").exists() or (path / "wal").exists():
-                    shard = EdgeShard.load(str(path))
-                else:
-                    shard = EdgeShard.create(str(path), config)
+                if not (path / "edge_config.json").exists() and not (path / "wal").exists():
+                    # made aside and moved into place in one rename: a process that dies while
+                    # making it (a script's exit during the background warm-up) leaves no half
+                    scratch = path.with_name(f".{path.name}.creating-{os.getpid()}")
+                    shutil.rmtree(scratch, ignore_errors=True)
+                    shard = EdgeShard.create(str(scratch), config)
                     indexes: list[tuple[str, Any]] = [
                         ("scope", KeywordIndexParams(is_tenant=True)),
                         ("namespace", PayloadSchemaType.Keyword),
@@ -107,12 +113,29 @@ class _SharedShard:
                     ]
                     for field, schema in indexes:
                         shard.update(UpdateOperation.create_field_index(field, schema))
+                    shard.flush()
+                    shard.close()
+                    try:
+                        os.rename(scratch, path)  # replaces an empty directory
+                    except OSError:  # another process made it first
+                        shutil.rmtree(scratch, ignore_errors=True)
+                    private_tree(path)
+                shard = EdgeShard.load(str(path))
             except Exception as exc:
                 if "WAL" in str(exc) or "WouldBlock" in str(exc) or "lock" in str(exc).lower():
                     raise IndexLocked(str(exc)) from exc
                 raise
             cls._open[path] = (shard, 1)
             return shard
+
+    @classmethod
+    def after_fork(cls) -> None:
+        """A child never touches the shards its parent opened (both writing one directory
+        corrupts it): they are kept, unused and unclosed, and a child opening the same
+        directory finds it locked by the parent (the tier is then off, said once)."""
+        inherited(*(shard for shard, _ in cls._open.values()))
+        cls._open = {}
+        cls._lock = threading.Lock()
 
     @classmethod
     def release(cls, path: Path) -> None:
@@ -125,6 +148,10 @@ class _SharedShard:
             del cls._open[path]
         shard.flush()
         shard.close()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SharedShard.after_fork)
 
 
 class EdgeIndex:

@@ -1,0 +1,208 @@
+"""Never slow, never stuck: the promises of README "When a store is down" and "Warm-up",
+attacked — a cold process, a fork after use, a hung store, and the event loop watched by
+blockbuster (any blocking call on it raises)."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tricache import Cache
+
+from conftest import REDIS_URL, RedisServer
+from procs import use_inherited_cache
+
+fork = multiprocessing.get_context("fork")
+
+
+def _wait(predicate: Any, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.05)
+
+
+# warm-up ------------------------------------------------------------------------------------
+def test_a_cold_cache_answers_at_once_and_warms_up_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRICACHE_WARM")  # the default: warm up in the background
+    cache = Cache(path=tmp_path / "cold.sqlite3")
+    first = cache.request("How do I reset my password?")
+    assert cache.lookup(first) is None  # answered now: the semantic tier is not open yet
+    assert cache.update(first, "Settings > Security.")  # the exact tier stores at once
+    assert cache.lookup(first).tier == "exact"  # type: ignore[union-attr]
+    _wait(lambda: cache._semantic is not None)
+    # the answer written while warming was indexed once the tier opened
+    _wait(lambda: cache.lookup(cache.request("How can I reset my password?")) is not None)
+    hit = cache.lookup(cache.request("How can I reset my password?"))
+    assert hit is not None and hit.tier == "semantic"
+    assert cache.stats()["semantic"]["warming_skips"] >= 1
+    cache.close()
+
+
+def test_warm_true_blocks_until_the_tiers_are_open(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRICACHE_WARM")
+    cache = Cache(path=tmp_path / "warm.sqlite3", warm=True)
+    assert cache._semantic is not None
+    cache.close()
+
+
+def test_long_prompts_are_bounded_misses_for_the_faq_and_the_semantic_tier(
+    tmp_path: Path,
+) -> None:
+    from tricache.faq import FaqEntry
+
+    cache = Cache(path=tmp_path / "big.sqlite3")
+    cache.add_faq([FaqEntry("How do I reset my password?", "Settings > Security.")])
+    long_question = "How do I reset my " + "very " * 600 + "old password?"  # 3 kB
+    huge = "How do I reset my password? " + "x" * 1_000_000 + "?"  # 1 MB
+    for prompt in (long_question, huge):
+        assert cache.lookup(cache.request(prompt)) is None
+    stats = cache.stats()
+    assert "faq" not in stats  # the FAQ never embedded them (no search, no latency sample)
+    assert sum(v for k, v in stats["semantic"].items() if k.startswith("skipped_")) == 2
+    cache.close()
+
+
+# fork -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_children_forked_after_use_never_corrupt_the_parent(tmp_path: Path, backend: str) -> None:
+    """gunicorn --preload: the parent used the cache, then forks workers that use it too."""
+    options: dict[str, Any] = {"path": str(tmp_path / "shared.sqlite3")}
+    if backend == "redis":
+        options = {"redis_url": REDIS_URL, "namespace": f"fork{os.getpid()}{time.time_ns()}",
+                   "vector_path": str(tmp_path / "vectors")}  # fmt: skip
+    parent = Cache(**options)
+    for i in range(20):
+        request = parent.request(f"How do I configure feature {i}?")
+        assert parent.lookup(request) is None
+        parent.update(request, f"Feature {i}: Settings > Features.")
+    points = parent.semantic.index.count()  # type: ignore[union-attr]
+    results = fork.Queue()
+    children = [
+        fork.Process(target=use_inherited_cache, args=(parent, n, results)) for n in range(3)
+    ]
+    for child in children:
+        child.start()
+    reports = [results.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert all(r["errors"] == [] for r in reports), reports
+    assert all(r["exact_hits"] == 20 for r in reports)  # the parent's answers, read anew
+    # the parent goes on, and its index is intact (no point lost, none written by a child)
+    assert parent.semantic.index.count() == points  # type: ignore[union-attr]
+    hit = parent.lookup(parent.request("How can I configure feature 3?"))
+    assert hit is not None and hit.tier == "semantic"
+    # what the children wrote reached the shared store (the parent's Bloom filter learns it
+    # in the background)
+    _wait(lambda: parent.lookup(parent.request("written by child 1")) is not None)
+    parent.close()
+    with Cache(**options) as again:  # reopened from disk: every point is there, readable
+        assert again.semantic.index.count() == points  # type: ignore[union-attr]
+
+
+# a hung store, an event loop that must never block --------------------------------------------
+@pytest.fixture
+def paused_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    if server.process is not None:
+        os.kill(server.process.pid, signal.SIGCONT)
+    server.stop()
+
+
+def test_lookups_under_a_hung_redis_each_spend_one_timeout_at_most(
+    paused_redis: RedisServer,
+) -> None:
+    cache = Cache(
+        redis_url=paused_redis.url, namespace="hung", semantic=False, faq=False, bloom=False
+    )
+    for i in range(20):
+        request = cache.request(f"question {i}")
+        cache.lookup(request)
+        cache.update(request, f"answer {i}")
+    assert paused_redis.process is not None
+    os.kill(paused_redis.process.pid, signal.SIGSTOP)
+    cache.exact.l1.clear()  # every lookup needs the store now
+    failures: list[int] = []
+
+    def worker(n: int) -> None:
+        for i in range(20):
+            before = _store_failures(cache)
+            cache.lookup(cache.request(f"question {(i + n) % 25}"))
+            failures.append(_store_failures(cache) - before)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    os.kill(paused_redis.process.pid, signal.SIGCONT)
+    # failures counted across 16 threads (and the upkeep thread) at once: no lookup can have
+    # made more than one store call, so the total is at most the number of lookups (+ polls)
+    assert sum(failures) <= len(failures) + 10
+    assert cache.exact.breaker.opened >= 1  # the breaker took over: most lookups skipped
+
+
+def _all_errors(cache: Cache) -> int:
+    return sum(
+        v for tier in cache.stats().values() if isinstance(tier, dict)
+        for k, v in tier.items() if k.endswith("_errors") and isinstance(v, int)
+    )  # fmt: skip
+
+
+def _store_failures(cache: Cache) -> int:
+    stats = cache.stats()["exact"]
+    return sum(v for k, v in stats.items() if k.endswith("_errors"))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_async_path_never_blocks_the_event_loop(tmp_path: Path, backend: str) -> None:
+    """blockbuster raises on any blocking call (socket, file, sqlite3, time.sleep …) made on
+    the event loop: the async lookup and update paths, warm, must make none."""
+    from blockbuster import blockbuster_ctx
+
+    options: dict[str, Any] = {"path": tmp_path / "loop.sqlite3"}
+    if backend == "redis":
+        options = {"redis_url": REDIS_URL, "namespace": f"loop{time.time_ns()}"}
+    cache = Cache(**options, faq=False)
+
+    async def traffic(round: str) -> None:
+        """Misses, writes, tags never seen, look-alikes, hits and an invalidation."""
+        for i in range(30):
+            question = f"How do I export the {round} report {i % 10}?"
+            request = cache.request(question, tags=[f"{round}:{i % 3}"])
+            if await cache.alookup(request) is None:
+                await cache.aupdate(request, f"Reports > Export {i}")
+            await cache.alookup(cache.request(question.replace("How do I", "How can I")))
+        await asyncio.to_thread(cache.invalidate, f"{round}:0")  # a sync call: off the loop
+
+    asyncio.run(traffic("warm-up"))  # everything opened once
+
+    async def sync_call_on_the_loop() -> None:
+        cache.update(cache.request("a sync call"), "x")  # what an app must not do
+
+    # A blocking call raises BlockingError inside the cache, which fails open: it would show
+    # as a store error (and a log line), so the counters tell whether any happened.
+    with blockbuster_ctx(scanned_modules=["tricache"]):
+        before = _all_errors(cache)
+        asyncio.run(traffic("watched"))
+        assert _all_errors(cache) == before  # not one blocking call on the loop
+        asyncio.run(sync_call_on_the_loop())
+        assert _all_errors(cache) > before  # and the detector was on
+    cache.close()
