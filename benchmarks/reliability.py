@@ -232,8 +232,252 @@ def load(seconds: float) -> dict[str, Any]:
                                                                  "invalidate")}  # fmt: skip
     return {"seconds": seconds, "operations": ops, "stable_keys": len(written),
             "lost_writes": lost, "torn_or_foreign_reads": sum(len(r["bad"]) for r in reports),
+            "dropped_writes": sum(r["dropped_writes"] for r in reports),
             "hung_threads": sum(r["hung"] for r in reports),
             "crashed_processes": sum(w.exitcode != 0 for w in workers)}  # fmt: skip
+
+
+# never slow: lookup latency and event-loop stalls under faults ------------------------------
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples) or [0.0]
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3, 1)
+
+    return {"p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": round(ordered[-1] * 1e3, 1)}
+
+
+def _threaded_lookups(cache: Cache, questions: list[str], threads: int = 16) -> list[float]:
+    import threading
+
+    samples: list[float] = []
+
+    def run(n: int) -> None:
+        for i, q in enumerate(questions):
+            request = cache.request(questions[(i + n) % len(questions)] if n else q)
+            started = time.perf_counter()
+            cache.lookup(request)
+            samples.append(time.perf_counter() - started)
+
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return samples
+
+
+def _async_lookups(cache: Cache, questions: list[str]) -> tuple[list[float], float]:
+    """1,000 concurrent-ish ``alookup`` calls and the longest the loop went without running
+    a 5 ms ticker (its stall)."""
+    import asyncio
+
+    async def main() -> tuple[list[float], float]:
+        stall, stop = 0.0, asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal stall
+            last = time.perf_counter()
+            while not stop.is_set():
+                await asyncio.sleep(0.005)
+                now = time.perf_counter()
+                stall = max(stall, now - last - 0.005)
+                last = now
+
+        async def one(q: str) -> float:
+            started = time.perf_counter()
+            await cache.alookup(cache.request(q))
+            return time.perf_counter() - started
+
+        tick = asyncio.create_task(ticker())
+        samples: list[float] = []
+        for start in range(0, 1000, 50):
+            batch = [questions[(start + i) % len(questions)] for i in range(50)]
+            samples += await asyncio.gather(*(one(q) for q in batch))
+        stop.set()
+        await tick
+        return samples, stall
+
+    return asyncio.run(main())
+
+
+def hung_redis(kind: str, workdir: Path) -> dict[str, Any]:
+    """Redis paused (SIGSTOP) or asleep (DEBUG SLEEP): 16 threads, then 1,000 async lookups."""
+    import os
+    import signal
+    import threading
+
+    server = RedisServer(workdir)
+    server.start()
+    cache = Cache(redis_url=server.url, namespace="hung", semantic=False, faq=False,
+                  bloom=False)  # fmt: skip
+    questions = [f"hung question {i}" for i in range(100)]
+    for q in questions[:50]:
+        cache.lookup(cache.request(q))
+        cache.update(cache.request(q), f"answer {q}")
+    cache.exact.l1.clear()
+    sleeper = None
+    if kind == "paused":
+        os.kill(server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    else:
+        sleeper = threading.Thread(target=lambda: redis.Redis(port=server.port).execute_command(
+            "DEBUG", "SLEEP", 6))  # fmt: skip
+        sleeper.start()
+        time.sleep(0.1)
+    threaded = _threaded_lookups(cache, questions[:20])
+    asynchronous, stall = _async_lookups(cache, questions)
+    if kind == "paused":
+        os.kill(server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+    elif sleeper is not None:
+        sleeper.join()
+    cache.close()
+    server.stop()
+    return {"scenario": f"hung Redis ({'SIGSTOP' if kind == 'paused' else 'DEBUG SLEEP 6'})",
+            "threads_16": _percentiles(threaded), "async_1000": _percentiles(asynchronous),
+            "loop_stall_ms": round(stall * 1e3, 1)}  # fmt: skip
+
+
+def peer_wrote(entries: int, freeze: bool = False) -> dict[str, Any]:
+    """A peer wrote ``entries`` entries (their write log too): this process's lookups while its
+    Bloom filter catches up in the background.  The catch-up allocates, and Python's cyclic
+    garbage collector then walks the whole heap while holding the interpreter: ``freeze``
+    moves what was imported out of its reach first (``gc.freeze()``, as servers do after
+    loading an app), to tell that pause from TriCache's own work."""
+    import gc
+
+    if freeze:
+        gc.freeze()
+    namespace = f"peer{time.time_ns()}"
+    cache = Cache(redis_url="redis://127.0.0.1:6379/0", namespace=namespace, semantic=False,
+                  faq=False)  # fmt: skip
+    cache.lookup(cache.request("warm"))  # versions read, the filter loaded (empty)
+    deadline = time.monotonic() + 10
+    while not cache.exact.bloom.ready and time.monotonic() < deadline:  # type: ignore[union-attr]
+        time.sleep(0.01)
+    client = redis.Redis()
+    for start in range(0, entries, 5000):  # the peer, written straight to Redis
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, min(entries, start + 5000)):
+            key = f"tricache:{namespace}:x:{i:040x}"
+            pipe.set(key, b"0" * 16 + b"x", px=600_000)
+            pipe.xadd(f"tricache:{namespace}:wlog", {"k": key})
+        pipe.execute()
+    questions = [f"never asked {i}" for i in range(200)]
+    threaded = _threaded_lookups(cache, questions[:20])
+    asynchronous, stall = _async_lookups(cache, questions)
+    cache.clear()
+    cache.close()
+    client.close()
+    return {
+        "scenario": f"a peer wrote {entries:,} entries",
+        "threads_16": _percentiles(threaded),
+        "async_1000": _percentiles(asynchronous),
+        "loop_stall_ms": round(stall * 1e3, 1),
+    }
+
+
+def expired_rows(rows: int, workdir: Path) -> dict[str, Any]:
+    """SQLite holding ``rows`` expired rows: lookups and writes while they are swept."""
+    import sqlite3
+
+    path = workdir / "expired.sqlite3"
+    cache = Cache(path=path, semantic=False, faq=False)
+    cache.lookup(cache.request("warm"))
+    db = sqlite3.connect(path)
+    db.executemany(
+        "INSERT INTO entries (key, value, watermark, expires_at) VALUES (?, ?, 0, 1)",
+        ((f"tricache:default:x:{i:040x}", b"x") for i in range(rows)),
+    )
+    db.commit()
+    db.close()
+    questions = [f"expired question {i}" for i in range(100)]
+    samples = []
+    for q in questions:
+        started = time.perf_counter()
+        if cache.lookup(cache.request(q)) is None:
+            cache.update(cache.request(q), "answer")
+        samples.append(time.perf_counter() - started)
+    asynchronous, stall = _async_lookups(cache, questions)
+    cache.close()
+    return {"scenario": f"{rows:,} expired SQLite rows", "threads_16": _percentiles(samples),
+            "async_1000": _percentiles(asynchronous), "loop_stall_ms": round(stall * 1e3, 1),
+            "note": "one thread: lookup + write"}  # fmt: skip
+
+
+def big_prompts_with_faq(workdir: Path) -> dict[str, Any]:
+    """1 MB prompts with an FAQ loaded: bounded misses, memory included."""
+    import tracemalloc
+
+    from tricache.faq import FaqEntry
+
+    cache = Cache(path=workdir / "big.sqlite3", warm=True)
+    cache.add_faq([FaqEntry("How do I reset my password?", "Settings > Security.")])
+    prompts = [f"How do I reset my password? {i} " + "x" * 1_000_000 + "?" for i in range(5)]
+    tracemalloc.start()
+    samples = []
+    for prompt in prompts:
+        started = time.perf_counter()
+        cache.lookup(cache.request(prompt))
+        samples.append(time.perf_counter() - started)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    cache.close()
+    return {"scenario": "1 MB prompts, FAQ loaded", "threads_16": _percentiles(samples),
+            "peak_mib": round(peak / 2**20, 1), "note": "one thread, 5 prompts"}  # fmt: skip
+
+
+def first_lookup(workdir: Path) -> dict[str, Any]:
+    """A new process on the embedded defaults: its first lookup, and the background warm-up."""
+    import subprocess
+
+    code = (
+        "import time, json; t0 = time.perf_counter()\n"
+        "from tricache import Cache\n"
+        "c = Cache(); r = c.request('How do I reset my password?')\n"
+        "t1 = time.perf_counter(); c.lookup(r); t2 = time.perf_counter()\n"
+        "while c.stats()['store']['warm_up_s'] is None: time.sleep(0.01)\n"
+        "print(json.dumps({'import_and_construct_ms': round((t1 - t0) * 1e3, 1),"
+        " 'first_lookup_ms': round((t2 - t1) * 1e3, 1),"
+        " 'warm_up_s': c.stats()['store']['warm_up_s']}))\n"
+    )
+    env = {**__import__("os").environ, "TRICACHE_HOME": str(workdir / "first")}
+    env.pop("TRICACHE_WARM", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, timeout=300).stdout  # fmt: skip
+    return {"scenario": "first lookup in a new process", **json.loads(out.strip().splitlines()[-1])}
+
+
+def fork_after_use(workdir: Path) -> dict[str, Any]:
+    """A parent uses the cache, forks 4 workers that use it (gunicorn --preload)."""
+    from procs import use_inherited_cache
+
+    parent = Cache(path=workdir / "fork.sqlite3", warm=True)
+    for i in range(20):
+        request = parent.request(f"How do I configure feature {i}?")
+        parent.lookup(request)
+        parent.update(request, f"Feature {i}: Settings > Features.")
+    points = parent.semantic.index.count()  # type: ignore[union-attr]
+    fork = mp.get_context("fork")
+    results = fork.Queue()
+    children = [fork.Process(target=use_inherited_cache, args=(parent, n, results))
+                for n in range(4)]  # fmt: skip
+    for child in children:
+        child.start()
+    reports = [results.get(timeout=300) for _ in children]
+    for child in children:
+        child.join(60)
+    after = parent.semantic.index.count()  # type: ignore[union-attr]
+    parent.close()
+    with Cache(path=workdir / "fork.sqlite3", warm=True) as again:
+        reopened = again.semantic.index.count()  # type: ignore[union-attr]
+    return {
+        "scenario": "fork after use (4 workers)",
+        "child_errors": sum(len(r["errors"]) for r in reports),
+        "crashed_children": sum(c.exitcode != 0 for c in children),
+        "points_before": points,
+        "points_after": after,
+        "points_reopened": reopened,
+    }
 
 
 # freshness: faults that once made invalidated answers servable -----------------------------
@@ -390,8 +634,8 @@ def main() -> None:
     scale = 0.2 if args.quick else 1.0
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "a").mkdir()
-        (work / "b").mkdir()
+        for sub in ("a", "b", "h1", "h2"):
+            (work / sub).mkdir()
         report = {
             "command": " ".join(["python", "benchmarks/reliability.py", *sys.argv[1:]]),
             "outage": outage(int(1000 * scale), work / "a"),
@@ -401,6 +645,16 @@ def main() -> None:
             "fuzz": fuzz(int(3000 * scale), work),
             "load": load(10.0 * scale),
             "freshness": freshness(work),
+            "never_slow": [
+                hung_redis("paused", work / "h1"),
+                hung_redis("sleep", work / "h2"),
+                peer_wrote(int(100_000 * scale)),
+                peer_wrote(int(100_000 * scale), freeze=True),
+                expired_rows(int(1_000_000 * scale), work),
+                big_prompts_with_faq(work),
+            ],
+            "first_lookup": first_lookup(work),
+            "fork": fork_after_use(work),
         }
     write(report, args.out, "reliability_quick" if args.quick else "reliability")
 
@@ -471,6 +725,39 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
                 if "points_lost" in row else "n/a")  # fmt: skip
         served = f"{row['stale_served']} of {row['lookups']}" if row["lookups"] else "—"
         lines.append(f"| {row['scenario']} | {row['fault']} | {served} | {lost} |")
+    lines += [
+        "",
+        "## Never slow: lookups under faults",
+        "",
+        "Store timeout 50 ms. 16 threads × 20 lookups, then 1,000 `alookup` calls (50 at a time)"
+        " with a 5 ms ticker on the same loop: its longest delay is the loop stall. A stall can"
+        " also be Python's garbage collector walking the heap (the peer rows, with and without"
+        " `gc.freeze()`, tell it apart).",
+        "",
+        "| fault | threads p50 / p99 / max (ms) | async p50 / p99 / max (ms) | loop stall (ms) |",
+        "|---|---|---|---|",
+    ]
+    for row in report["never_slow"]:
+        t, a = row["threads_16"], row.get("async_1000")
+        asyn = f"{a['p50_ms']} / {a['p99_ms']} / {a['max_ms']}" if a else "—"
+        note = f" ({row['note']})" if row.get("note") else ""
+        extra = f"; peak {row['peak_mib']} MiB traced" if "peak_mib" in row else ""
+        lines.append(
+            f"| {row['scenario']}{note} | {t['p50_ms']} / {t['p99_ms']} / {t['max_ms']}{extra} |"
+            f" {asyn} | {row.get('loop_stall_ms', '—')} |"
+        )
+    first, fork = report["first_lookup"], report["fork"]
+    lines += [
+        "",
+        f"First lookup in a new process (embedded defaults, empty home): import and"
+        f" `Cache()` {first['import_and_construct_ms']} ms, first lookup"
+        f" {first['first_lookup_ms']} ms (a miss while warming); the background warm-up took"
+        f" {first['warm_up_s']} s.",
+        "",
+        f"Fork after use: {fork['scenario']}: {fork['child_errors']} errors in children,"
+        f" {fork['crashed_children']} crashed; vector points {fork['points_before']} before,"
+        f" {fork['points_after']} after, {fork['points_reopened']} when reopened.",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     out.mkdir(parents=True, exist_ok=True)

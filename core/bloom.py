@@ -99,6 +99,8 @@ class KeyFilter:
             self._ready = True
 
     def _follow_log(self, store: L2Store, namespace: str) -> bool:
+        """Read the log to its end, a batch at a time, pausing between batches: the request
+        threads (and an event loop) get the interpreter back while a big backlog is read."""
         complete = True
         while True:
             batch = store.written_since(namespace, self._cursor)
@@ -107,6 +109,7 @@ class KeyFilter:
             self._cursor = batch.cursor
             if not batch.keys:
                 return complete
+            time.sleep(0.002)
 
     def _start_load(self, store: L2Store, namespace: str) -> None:
         if self._loading:

@@ -93,6 +93,7 @@ class ExactTier:
         self._poll_wanted = False
         self._bloom_wanted = False
         self._wanted_lock = threading.Lock()
+        self._warned_at = -_WARN_EVERY_S
         on_fork(self._after_fork)
         self._place = (_location(store), namespace)
         _SIBLINGS.setdefault(self._place, weakref.WeakSet()).add(self)
@@ -713,7 +714,12 @@ class ExactTier:
         self.metrics.incr(TIER, f"{what}_errors")
         if what == "write":
             self.metrics.incr(TIER, "dropped_writes")
-        log.warning("tricache: %s store %s failed: %s", self.store_name, what, exc)
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:  # an outage is one line, not one a lookup
+            self._warned_at = now
+            log.warning("tricache: %s store %s failed: %s", self.store_name, what, exc)
+        else:
+            log.debug("tricache: %s store %s failed: %s", self.store_name, what, exc)
         if what == "read":
             self._miss()
 
@@ -739,6 +745,7 @@ _UNFIT = Stamp("", 0, 0.0)  # never current: the answer of its request is not st
 # Redis Cluster nodes' clocks may differ a little; misjudging within it loses an entry (a newer
 # one taken for stale is deleted), never serves a stale one.
 _CLOCK_MARGIN_S = 0.05
+_WARN_EVERY_S = 10.0
 _POLLS_PER_REFRESH = 4  # a poll returns up to 5,000 changes; a view far behind asks again
 
 

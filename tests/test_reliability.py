@@ -201,7 +201,12 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert report["tenants"]["wrong_tenant_hits"] == 0
     assert report["fuzz"]["app_errors"] == 0 and report["fuzz"]["hits_for_never_stored"] == 0
     load = report["load"]
-    assert load["lost_writes"] == load["torn_or_foreign_reads"] == load["hung_threads"] == 0
+    assert load["torn_or_foreign_reads"] == load["hung_threads"] == 0
+    assert load["lost_writes"] <= load["dropped_writes"]  # none lost silently
+    fork = report["fork"]
+    assert fork["child_errors"] == fork["crashed_children"] == 0
+    assert fork["points_before"] == fork["points_after"] == fork["points_reopened"] > 0
+    assert len(report["never_slow"]) == 6 and report["first_lookup"]["warm_up_s"] > 0
     fresh = report["freshness"]
     assert len(fresh) == 8 and all(row["stale_served"] == 0 for row in fresh)
     assert all(row["lookups"] > 0 for row in fresh[:-1])

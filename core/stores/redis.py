@@ -287,7 +287,7 @@ class RedisStore:
         stream = f"tricache:{namespace}:wlog"
         pipe = self._sync.pipeline(transaction=False)
         pipe.xinfo_stream(stream)
-        pipe.xrange(stream, min=f"({cursor}" if cursor else "-", max="+", count=50_000)
+        pipe.xrange(stream, min=f"({cursor}" if cursor else "-", max="+", count=2000)
         info, entries = pipe.execute(raise_on_error=False)
         if isinstance(entries, Exception):
             raise entries

@@ -269,7 +269,8 @@ class SQLiteStore:
         low, high = _prefix_range(namespace)
         with self._read_lock, _transaction(self._reader, "DEFERRED"):
             rows = self._reader.execute(
-                "SELECT id, key FROM entries WHERE id > ? AND key >= ? AND key < ? ORDER BY id",
+                "SELECT id, key FROM entries WHERE id > ? AND key >= ? AND key < ? ORDER BY id"
+                f" LIMIT {_LOG_BATCH}",
                 (int(cursor or 0), low, high),
             ).fetchall()
             if not rows:  # move the cursor past other namespaces' writes too
@@ -381,6 +382,9 @@ def _transaction(db: sqlite3.Connection, mode: str) -> Iterator[None]:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+_LOG_BATCH = 2000  # keys per write-log read: a catch-up in small steps, the GIL shared
 
 
 def _prefix_range(namespace: str) -> tuple[str, str]:
