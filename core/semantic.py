@@ -8,7 +8,9 @@ The decision, in order:
 2. cacheability — questions whose answer depends on time or on the asker skip the tier;
 3. top-k candidates above the threshold, searched only among entries whose everything-else is
    identical: namespace, tenant, LLM and its settings, the whole conversation (system prompt,
-   every earlier turn) and the frame of the question's own message (template, context);
+   every earlier turn) and the frame of the question's own message (template, context); the
+   embedder sees the canonical question (``canonical``: greetings, fillers and thanks
+   removed), which never reaches the exact key;
 4. the guards, each able to refuse a candidate with a reason; the first candidate that passes
    and whose stored response is still current (the exact tier resolves it) is the hit;
 5. an optional re-ranker (e.g. a cross-encoder) that reorders and may refuse candidates.
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .audit import AuditLog
+from .canonical import canonical
 from .embed import Embedder
 from .entry import CacheEntry
 from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
@@ -161,15 +164,16 @@ class SemanticTier:
             return None
         assert located is not None
         threshold = self.threshold_for(request.category)
-        query = _embeddable(located.question)
-        vector = self.embedder.embed([query])[0]
+        query = located.question
+        compared = _embeddable(canonical(query))
+        vector = self.embedder.embed([compared])[0]
         scope = {"scope": self._scope(request, located)["scope"]}
-        if _caseless(query):
+        if _caseless(compared):
             candidates = self._caseless_candidates(vector, scope, threshold)
         else:
             candidates = self.index.search(vector, scope, self.top_k, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
-        candidates = self._rerank(query, candidates, decision)
+        candidates = self._rerank(compared, candidates, decision)
         for candidate in candidates:
             question = str(candidate.payload.get("question", ""))
             reason, ran = check(question, query, self.guards)
@@ -205,7 +209,7 @@ class SemanticTier:
             if str(c.payload.get("question", "")).lower() != c.payload.get("question")
         ]
         if cased:
-            lowered = [str(c.payload["question"]).lower() for c in cased]
+            lowered = [_embeddable(canonical(str(c.payload["question"]))).lower() for c in cased]
             for candidate, other in zip(cased, self.embedder.embed(lowered), strict=True):
                 candidate.score = float(np.dot(vector, other))
         return sorted((c for c in near if c.score >= threshold), key=lambda c: -c.score)
@@ -226,7 +230,7 @@ class SemanticTier:
     ) -> list[Candidate]:
         if self.reranker is None or not candidates:
             return candidates
-        questions = [str(c.payload.get("question", "")) for c in candidates]
+        questions = [canonical(str(c.payload.get("question", ""))) for c in candidates]
         scores = list(self.reranker(query, questions))
         ranked = sorted(zip(scores, candidates, strict=True), key=lambda sc: -sc[0])
         kept = []
@@ -262,7 +266,7 @@ class SemanticTier:
             return None
         assert located is not None
         question = _embeddable(located.question)
-        vector = self.embedder.embed([question])[0]
+        vector = self.embedder.embed([_embeddable(canonical(located.question))])[0]
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request, located),

@@ -83,6 +83,9 @@ PASSED = [
     ("Can dogs eat grapes?", "Is it okay if dogs eat grapes?"),
     ("How do I reset my password?", "How do you reset your password?"),
     ("我想知道怎么重置密码", "怎么重置密码"),
+    # hedges ask nothing of their own
+    ("退款多久到账", "退款一般多久到账"),
+    ("How long does shipping take?", "How long does shipping usually take?"),
 ]
 
 

@@ -1,0 +1,85 @@
+"""The canonical question: what a user asks, without what is said around it.
+
+Users wrap a question in discourse that asks nothing: fillers ("um", "那个，"), greetings
+("hi there", "您好"), lead-ins ("I was just wondering if", "请问", "我想知道"), politeness
+("if you don't mind", "麻烦你") and thanks ("Thanks so much", "谢谢哈").  The semantic tier and
+the FAQ compare canonical questions: the embedder sees them, and so do the guards — "Quick
+question if you don't mind: …" must not read as a negation.
+
+The phrases come from curated lists (``lexicon.OPENINGS_*``, ``LEAD_INS_EN``, ``SET_OFF_*``,
+``CLOSINGS_*``) and are removed only where discourse stands: at the start, or at the end after
+punctuation; a word that can be content ("hello world", "亲子", "say thank you") goes only when
+punctuation sets it off.  Nothing is removed inside the question, and a question that would be
+left without words stays as typed.  The exact tier never sees this form: its key holds the
+message as typed (normalized).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from .lexicon import (
+    CLOSINGS_EN,
+    CLOSINGS_ZH,
+    LEAD_INS_EN,
+    OPENINGS_EN,
+    OPENINGS_ZH,
+    SET_OFF_EN,
+    SET_OFF_ZH,
+)
+
+__all__ = ["canonical"]
+
+_PUNCT = r"[\s,.!?:;…~\-–—，。！？：；、～]"
+
+
+def _phrases(text: str) -> list[str]:
+    """Phrases of a ';'-separated list, longest first (so "hi there" wins over "hi"), as
+    regular expressions: an apostrophe may be typed, curly or missing ("don't", "dont")."""
+    items = sorted({p.strip() for p in text.split(";") if p.strip()}, key=len, reverse=True)
+    return [re.escape(p).replace("'", "['’]?").replace(r"\ ", r"\s+") for p in items]
+
+
+def _alternation(*lists: str) -> str:
+    return "|".join(p for text in lists for p in _phrases(text))
+
+
+# English words end at a non-letter; Chinese phrases need no boundary.
+_EN_END = r"(?![\w'’-])"
+_FREE_EN = (
+    rf"(?:{_alternation(OPENINGS_EN)}){_EN_END}"
+    rf"|(?:{_alternation(LEAD_INS_EN)}){_EN_END}(?:\s+(?:if|whether){_EN_END})?"
+)
+_FREE_ZH = _alternation(OPENINGS_ZH)
+_OPENING = re.compile(
+    rf"^(?:{_FREE_EN}|{_FREE_ZH}"
+    rf"|(?:(?:{_alternation(SET_OFF_EN)}){_EN_END}|{_alternation(SET_OFF_ZH)})"
+    rf"(?:{_PUNCT}*[,.!:;，。！：；、…~～—]|\s*(?={_FREE_EN}|{_FREE_ZH})))"
+    rf"{_PUNCT}*",
+    re.IGNORECASE,
+)
+_CLOSING = re.compile(
+    rf"(?<=[,.!?:;…~，。！？：；、～)])\s*(?:(?:{_alternation(CLOSINGS_EN)}){_EN_END}"
+    rf"|{_alternation(CLOSINGS_ZH)})[\s,.!:;…~\-–—，。！：；、～]*$",
+    re.IGNORECASE,
+)
+
+
+def canonical(question: str) -> str:
+    """``question`` without the discourse around it (see the module); memoized."""
+    return _canonical(question) if len(question) <= 2000 else question.strip()
+
+
+@lru_cache(maxsize=20_000)
+def _canonical(question: str) -> str:
+    text = question.strip()
+    while True:
+        stripped = _OPENING.sub("", text, count=1)
+        stripped = _CLOSING.sub("", stripped, count=1).rstrip(" ,;:，；：、-—")
+        if stripped == text:
+            break
+        text = stripped
+    if sum(c.isalnum() for c in text) < 2:  # nothing but discourse ("Thanks!", "你好吗")
+        return question.strip()
+    return text

@@ -1,0 +1,223 @@
+"""Spelling and spacing variants and typos, reconciled between two questions for the guards.
+
+Two questions compared by the guards may spell one word differently: ``wifi`` / ``Wi-Fi`` /
+``Wi Fi``, ``checkin`` / ``check-in``, ``PS5`` / ``ps 5``, ``whats`` / ``what's``, or with a
+typo: ``windos`` / ``Windows``, ``scholarhsip`` / ``scholarship``, 该签 / 改签.
+:func:`reconcile` rewrites both questions so that such a word reads the same on both sides,
+under rules that cannot turn one word into another:
+
+- **variants** — tokens that are equal once hyphens, apostrophes and the spaces inside a
+  compound are removed become one token, unless both spellings are dictionary words
+  ("log in" / "login", "re-sign" / "resign" stay apart) or the apostrophe-less spelling is
+  another word ("were" / "we're");
+- **typos (English)** — a lower-case word of five letters or more that the dictionary
+  (symspellpy's bundled English frequency list, 82,765 words) does not know, one edit (two for
+  long words) from exactly one dictionary word that only the other side has, counts as that
+  word; two real words (affect / effect) never do, nor a capitalized word inside a sentence
+  (a name);
+- **typos (Chinese)** — a span that differs from a word of the other side (jieba's dictionary)
+  in one character of the same pinyin, and is itself no word, counts as that word.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from itertools import pairwise
+from pathlib import Path
+
+__all__ = ["is_english_word", "reconcile"]
+
+_LATIN = re.compile(r"[A-Za-z0-9]+(?:[-'’][A-Za-z0-9]+)*")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# Prefixes whose hyphen changes the word: re-sign / resign, co-op / coop, un-ionized
+_PREFIXES = frozenset("re un de pre co non anti dis mis over under out".split())
+# Contractions typed without their apostrophe that spell another word: were / we're
+_CONTRACTION_WORDS = frozenset("were well ill shell hell wed shed id hed".split())
+
+
+def reconcile(a: str, b: str) -> tuple[str, str]:
+    """``a`` and ``b`` with spelling variants and typos of one word rewritten to one form."""
+    if a == b:
+        return a, b
+    a, b = _unify_variants(a, b)
+    a, b = _fix_typos(a, b), _fix_typos(b, a)
+    if _CJK_RUN.search(a) and _CJK_RUN.search(b):
+        a, b = _fix_zh_typos(a, b), _fix_zh_typos(b, a)
+    return a, b
+
+
+# variants ----------------------------------------------------------------------------------
+def _key(token: str) -> str:
+    return re.sub(r"[-'’\s]", "", token.casefold())
+
+
+def _unify_variants(a: str, b: str) -> tuple[str, str]:
+    unified: dict[str, str] = {}  # spelling (folded) → the form both sides get
+    for x, y in ((a, b), (b, a)):
+        keys_y = {_key(m.group()): m.group() for m in _LATIN.finditer(y)}
+        tokens_x = list(_LATIN.finditer(x))
+        for size in (1, 2, 3):
+            for i in range(len(tokens_x) - size + 1):
+                run = tokens_x[i : i + size]
+                if size > 1 and any(x[p.end() : q.start()] != " " for p, q in pairwise(run)):
+                    continue
+                spelled = x[run[0].start() : run[-1].end()]
+                key = _key(spelled)
+                other = keys_y.get(key)
+                if other is None or other == spelled or len(key) < 3:
+                    continue
+                if _variants(spelled, other):
+                    unified[spelled.casefold()] = _unified_form(spelled, other)
+                    unified[other.casefold()] = _unified_form(spelled, other)
+    if not unified:
+        return a, b
+    spellings = sorted(unified, key=len, reverse=True)
+    pattern = re.compile(
+        r"(?<![\w'’-])(?:"
+        + "|".join(re.escape(s).replace(r"\ ", r"\s") for s in spellings)
+        + r")(?![\w'’-])",
+        re.IGNORECASE,
+    )
+
+    def rewrite(text: str) -> str:
+        return pattern.sub(lambda m: unified.get(m.group().casefold(), m.group()), text)
+
+    return rewrite(a), rewrite(b)
+
+
+def _unified_form(x: str, y: str) -> str:
+    """An apostrophe form wins ("what's": the guards read its contraction); otherwise the
+    compound written as one lower-case word ("wifi", "ps5", "holidayinn")."""
+    for spelled in (x, y):
+        if "'" in spelled or "’" in spelled:
+            return spelled.casefold().replace("’", "'")
+    return _key(x)
+
+
+def _variants(x: str, y: str) -> bool:
+    """Two spellings of one word: not both dictionary words (or both made of dictionary
+    words), and no meaning-changing prefix split off."""
+    for spelled in (x, y):
+        parts = re.split(r"[-\s]", spelled.casefold())
+        if len(parts) > 1 and parts[0] in _PREFIXES:
+            return False
+    if ("'" in x + y or "’" in x + y) and not re.search(r"[-\s]", x + y):
+        return _key(x) not in _CONTRACTION_WORDS
+    split = x if re.search(r"[-\s]", x) else y
+    parts = [p for p in re.split(r"[-\s]", split.casefold()) if p]
+    whole = _key(x)
+    return not (is_english_word(whole) and all(is_english_word(p) for p in parts))
+
+
+# English typos ------------------------------------------------------------------------------
+def _fix_typos(x: str, y: str) -> str:
+    """``x`` with each of its unknown words that is one edit from a word of ``y`` rewritten."""
+    keys_y = {_key(m.group()) for m in _LATIN.finditer(y)}
+    keys_x = {_key(m.group()) for m in _LATIN.finditer(x)}
+    targets = [k for k in keys_y - keys_x if k.isalpha() and is_english_word(k)]
+    if not targets:
+        return x
+    out, last = [], 0
+    for m in _LATIN.finditer(x):
+        word = m.group()
+        if not _may_be_typo(word, at_start=not x[: m.start()].strip()):
+            continue
+        near = [t for t in targets if _distance(word.lower(), t) <= (1 if len(word) < 9 else 2)]
+        if len(near) == 1:
+            fixed = near[0].capitalize() if word[0].isupper() else near[0]
+            out.append(x[last : m.start()] + fixed)
+            last = m.end()
+    return "".join(out) + x[last:] if out else x
+
+
+def _may_be_typo(word: str, *, at_start: bool) -> bool:
+    if len(word) < 5 or not word.isalpha() or not word.isascii():
+        return False
+    if not (word.islower() or (at_start and word[1:].islower())):
+        return False  # a capital inside a sentence: a name, not a typo
+    return not is_english_word(word.lower())
+
+
+def _distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of
+    two neighbours ("scholarhsip") each count one."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def is_english_word(word: str) -> bool:
+    """True for a word of symspellpy's English dictionary (lower case)."""
+    return word in _english_words()
+
+
+@lru_cache(maxsize=1)
+def _english_words() -> frozenset[str]:
+    spec = importlib.util.find_spec("symspellpy")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("tricache needs symspellpy's English dictionary: pip install symspellpy")
+    path = Path(next(iter(spec.submodule_search_locations))) / "frequency_dictionary_en_82_765.txt"
+    with path.open(encoding="utf-8") as f:
+        return frozenset(line.split(" ", 1)[0] for line in f if line.strip())
+
+
+# Chinese typos ------------------------------------------------------------------------------
+def _fix_zh_typos(x: str, y: str) -> str:
+    """``x`` with each span that is a same-pinyin misspelling of a word of ``y`` rewritten."""
+    for word in _zh_words(y):
+        if word in x:
+            continue
+        for run in _CJK_RUN.findall(x):
+            for i in range(len(run) - len(word) + 1):
+                span = run[i : i + len(word)]
+                if _same_pinyin_typo(span, word) and span not in y:
+                    x = x.replace(span, word)
+                    break
+    return x
+
+
+def _zh_words(text: str) -> Iterable[str]:
+    """The dictionary words of two characters or more in ``text`` (jieba)."""
+    import jieba
+
+    freq = jieba.dt.FREQ if jieba.dt.initialized else _jieba_freq()
+    for run in _CJK_RUN.findall(text):
+        for word in jieba.lcut(run):
+            if len(word) >= 2 and freq.get(word):
+                yield word
+
+
+def _jieba_freq() -> dict[str, int]:
+    import jieba
+
+    jieba.initialize()
+    return jieba.dt.FREQ  # type: ignore[no-any-return]
+
+
+def _same_pinyin_typo(span: str, word: str) -> bool:
+    """``span`` is ``word`` with one character swapped for another of the same pinyin (tones
+    aside), and is no word itself."""
+    diffs = [i for i, (s, w) in enumerate(zip(span, word, strict=True)) if s != w]
+    if len(diffs) != 1 or _jieba_freq().get(span):
+        return False
+    i = diffs[0]
+    return bool(_pinyin(span[i]) & _pinyin(word[i]))
+
+
+@lru_cache(maxsize=20_000)
+def _pinyin(char: str) -> frozenset[str]:
+    from pypinyin import Style, pinyin
+
+    return frozenset(pinyin(char, style=Style.NORMAL, heteronym=True)[0])

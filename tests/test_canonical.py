@@ -1,0 +1,78 @@
+"""The canonical question: discourse around a question goes, the question stays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tricache import Cache
+from tricache.canonical import canonical
+from tricache.guards import check
+from tricache.request import exact_key
+
+STRIPPED = [
+    # (as typed, canonical)
+    ("Um, hi, I was just wondering if I can bring a power bank in my checked luggage? Thanks so much",
+     "I can bring a power bank in my checked luggage?"),
+    ("Quick question if you don't mind: can I bring a power bank?", "can I bring a power bank?"),
+    ("Hi there, could you please tell me whether the store opens at 9?", "the store opens at 9?"),
+    ("I would like to inquire about the refund policy.", "the refund policy."),
+    ("hey guys, whats the best laptop? thx in advance", "whats the best laptop?"),
+    ("cant get into my email, help", "cant get into my email"),
+    ("Why can't I log in? Thanks!", "Why can't I log in?"),
+    ("那个，请问高铁上有WiFi吗？谢谢哈", "高铁上有WiFi吗？"),
+    ("您好，我想知道怎么重置密码", "怎么重置密码"),
+    ("请问一下，怎么开发票？急急急", "怎么开发票？"),
+]  # fmt: skip
+
+KEPT = [
+    # discourse words that are content here
+    "How do you say thank you in French?",
+    "Hello world in Java?",
+    "Can you help?",
+    "so-called experts?",
+    "Hey Jude lyrics",
+    "Well water safe?",
+    "right, left or right?",
+    "你好吗",
+    "亲子鉴定多少钱",
+    "麻烦的事情怎么办",
+    "怎么说谢谢",
+    "Thanks!",  # nothing but discourse: stays as typed
+]
+
+
+@pytest.mark.parametrize(("typed", "expected"), STRIPPED)
+def test_discourse_around_the_question_goes(typed: str, expected: str) -> None:
+    assert canonical(typed) == expected
+
+
+@pytest.mark.parametrize("typed", KEPT)
+def test_words_that_carry_the_question_stay(typed: str) -> None:
+    assert canonical(typed) == typed
+
+
+def test_a_negation_inside_a_politeness_formula_is_not_a_negation() -> None:
+    polite = "Quick question if you don't mind: is it safe to fly with a power bank?"
+    assert check(polite, "Is it safe to fly with a power bank?")[0] is None
+    assert check(polite, "Is it not safe to fly with a power bank?")[0] == "negation"
+
+
+def test_discourse_never_hides_a_difference_in_meaning() -> None:
+    assert check("Thanks! How do I enable it?", "How do I disable it?")[0] == "antonym"
+    assert check("Hi, can I pay with 3 cards?", "Can I pay with 4 cards?")[0] == "number"
+    # "Please" goes, yet the capital of "Polish" still tells the word
+    assert check("Please Polish this sentence.", "Please polish this sentence.")[0] == "case"
+    assert check("那个，北京明天的天气", "上海明天的天气")[0] == "entity"
+
+
+def test_the_canonical_question_never_feeds_the_exact_key(tmp_path: Path) -> None:
+    polite = "Hi, how do I reset my password? Thanks"
+    plain = "How do I reset my password?"
+    with Cache(path=tmp_path / "c.sqlite3") as cache:
+        assert exact_key(cache.request(polite)) != exact_key(cache.request(plain))
+        cache.update(cache.request(plain), "Use the reset link.")
+        hit = cache.lookup(cache.request(polite))
+        assert hit is not None and hit.tier == "semantic"  # compared canonically, not keyed so
+        assert cache.lookup(cache.request(polite), semantic=False) is None
