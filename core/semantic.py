@@ -38,9 +38,10 @@ from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
 from .metrics import Metrics
 from .question import Located, locate
 from .request import CacheRequest, context_fingerprint
+from .spelling import corrected, reconcile
 from .stores.vectors import Candidate, VectorIndex
 
-__all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier"]
+__all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier", "embedded_text"]
 
 log = logging.getLogger(__name__)
 TIER = "semantic"
@@ -165,13 +166,10 @@ class SemanticTier:
         assert located is not None
         threshold = self.threshold_for(request.category)
         query = located.question
-        compared = _embeddable(canonical(query))
+        compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
         scope = {"scope": self._scope(request, located)["scope"]}
-        if _caseless(compared):
-            candidates = self._caseless_candidates(vector, scope, threshold)
-        else:
-            candidates = self.index.search(vector, scope, self.top_k, threshold)
+        candidates = self._candidates(query, vector, scope, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
         for candidate in candidates:
@@ -194,24 +192,35 @@ class SemanticTier:
         self.metrics.incr(TIER, "misses")
         return None
 
-    def _caseless_candidates(
-        self, vector: np.ndarray, scope: dict[str, str], threshold: float
+    def _candidates(
+        self, query: str, vector: np.ndarray, scope: dict[str, str], threshold: float
     ) -> list[Candidate]:
-        """Candidates for a question typed without case ("who designed the eiffel tower").
-        The packaged embedders are case-sensitive: "Eiffel Tower" and "eiffel tower" can fall
-        under the threshold, and lowering every question was measured to raise look-alike false
-        hits.  So such a question searches with a wider margin, and each candidate typed with
-        case is scored again on its lowered text; the threshold then decides as usual."""
-        near = self.index.search(vector, scope, self.top_k, max(0.0, threshold - _CASE_MARGIN))
-        cased = [
-            c
-            for c in near
-            if str(c.payload.get("question", "")).lower() != c.payload.get("question")
-        ]
-        if cased:
-            lowered = [_embeddable(canonical(str(c.payload["question"]))).lower() for c in cased]
-            for candidate, other in zip(cased, self.embedder.embed(lowered), strict=True):
-                candidate.score = float(np.dot(vector, other))
+        """Candidates above the threshold, each scored on the two questions as the guards will
+        compare them.  The search reaches ``_RESCORE_MARGIN`` below the threshold; a candidate
+        whose comparison differs from the texts embedded is embedded again on that
+        comparison, and the threshold then decides as usual:
+
+        - spelling reconciled (``spelling.reconcile``): "how do i reset my windos pasword"
+          against "How do I reset my Windows password?" is compared with "windows password",
+          "Wi Fi" against "WiFi" as "wifi";
+        - a question typed without case ("who designed the eiffel tower") against one typed
+          with case is compared lowered: the packaged embedders are case-sensitive, and
+          lowering every question was measured to raise look-alike false hits."""
+        near = self.index.search(vector, scope, self.top_k, max(0.0, threshold - _RESCORE_MARGIN))
+        new = canonical(query)
+        pairs: dict[int, tuple[str, str]] = {}
+        for i, candidate in enumerate(near):
+            cached = canonical(str(candidate.payload.get("question", "")))
+            a, b = reconcile(cached, new)
+            if _caseless(_embeddable(b)) and not _caseless(a):
+                a = a.lower()
+            if (a, b) != (cached, new):
+                pairs[i] = (_embeddable(a), _embeddable(b))
+        if pairs:
+            texts = [t for pair in pairs.values() for t in pair]
+            vectors = self.embedder.embed(texts)
+            for n, i in enumerate(pairs):
+                near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
         return sorted((c for c in near if c.score >= threshold), key=lambda c: -c.score)
 
     def _skip_reason(self, located: Located | None) -> str | None:
@@ -266,7 +275,7 @@ class SemanticTier:
             return None
         assert located is not None
         question = _embeddable(located.question)
-        vector = self.embedder.embed([_embeddable(canonical(located.question))])[0]
+        vector = self.embedder.embed([embedded_text(located.question)])[0]
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request, located),
@@ -294,6 +303,12 @@ class SemanticTier:
 def point_id_for(ref: str) -> str:
     """A stable point id per exact key: rewriting an answer replaces its point."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
+
+
+def embedded_text(question: str) -> str:
+    """What the embedder sees of a question to search with: its canonical form, with a guess
+    at the word meant for each English typo (``spelling.corrected``)."""
+    return _embeddable(corrected(canonical(question)))
 
 
 def _embeddable(text: str) -> str:
@@ -326,7 +341,7 @@ def _caseless(question: str) -> bool:
     return question == question.lower() and question != question.upper()
 
 
-_CASE_MARGIN = 0.1
+_RESCORE_MARGIN = 0.15
 
 
 def _hash(text: str) -> str:

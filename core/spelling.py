@@ -28,7 +28,7 @@ from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 
-__all__ = ["is_english_word", "reconcile"]
+__all__ = ["corrected", "is_english_word", "reconcile"]
 
 _LATIN = re.compile(r"[A-Za-z0-9]+(?:[-'’][A-Za-z0-9]+)*")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -158,19 +158,61 @@ def _distance(a: str, b: str) -> int:
     return rows[-1][-1]
 
 
+def corrected(text: str) -> str:
+    """``text`` with each English non-word (lower case, five letters or more) replaced by the
+    most frequent dictionary word one edit away ("scholarhsip" → "scholarship").  A guess, for
+    the embedder's search only, so that a typo does not sink the score; the guards never see
+    it (they accept a typo only for a word the other question has: :func:`reconcile`)."""
+    out, last = [], 0
+    for m in _LATIN.finditer(text):
+        word = m.group()
+        if not _may_be_typo(word, at_start=not text[: m.start()].strip()):
+            continue
+        best = _best_correction(word.lower())
+        if best is not None:
+            out.append(text[last : m.start()] + (best.capitalize() if word[0].isupper() else best))
+            last = m.end()
+    return "".join(out) + text[last:] if out else text
+
+
+@lru_cache(maxsize=20_000)
+def _best_correction(word: str) -> str | None:
+    counts = _english_counts()
+    found = [(counts[w], w) for w in _one_edit(word) if w in counts]
+    return max(found)[1] if found else None
+
+
+def _one_edit(word: str) -> set[str]:
+    """Every string one deletion, swap, substitution or insertion away from ``word``."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    return (
+        {a + b[1:] for a, b in splits if b}
+        | {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+        | {a + c + b[1:] for a, b in splits if b for c in letters}
+        | {a + c + b for a, b in splits for c in letters}
+    )
+
+
 def is_english_word(word: str) -> bool:
     """True for a word of symspellpy's English dictionary (lower case)."""
-    return word in _english_words()
+    return word in _english_counts()
 
 
 @lru_cache(maxsize=1)
-def _english_words() -> frozenset[str]:
+def _english_counts() -> dict[str, int]:
+    """symspellpy's bundled English dictionary: 82,765 words with their corpus counts."""
     spec = importlib.util.find_spec("symspellpy")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("tricache needs symspellpy's English dictionary: pip install symspellpy")
     path = Path(next(iter(spec.submodule_search_locations))) / "frequency_dictionary_en_82_765.txt"
+    counts = {}
     with path.open(encoding="utf-8") as f:
-        return frozenset(line.split(" ", 1)[0] for line in f if line.strip())
+        for line in f:
+            word, _, count = line.strip().partition(" ")
+            if word:
+                counts[word] = int(count or 0)
+    return counts
 
 
 # Chinese typos ------------------------------------------------------------------------------
