@@ -150,7 +150,7 @@ def evaluate_pairs(
         tier = cache.semantic
         if tier is None:
             raise RuntimeError("the semantic tier is not available (see the log)")
-        _prefetch(tier.embedder, [t for p in pairs for t in (p.q1, p.q2)])
+        _prefetch(tier.embedder, [embedded_text(t) for p in pairs for t in (p.q1, p.q2)])
         overall = _Tally()
         kinds: defaultdict[str, _Tally] = defaultdict(_Tally)
         langs: defaultdict[str, _Tally] = defaultdict(_Tally)

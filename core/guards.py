@@ -344,12 +344,16 @@ def order(a: Analysis, b: Analysis) -> str | None:
     # defeat?", "What do snakes eat?" / "What eats snakes?"
     # a passive without its agent turns the object around: "Does it include support?" / "Is
     # support included?" (with an agent, "by", the relation guard decides)
+    # ... within one clause: across a comma a moved block changes what belongs to what
+    # ("他出生于A，在B去世" / "他出生于B，去世于A")
     long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
-    if a.zh or b.zh or long_enough or _passive(a) != _passive(b):
+    zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
+    if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
         return None if _rotation(permutation) else "order"
     return None if permutation == sorted(permutation) else "order"
 
 
+_CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
 # Question words and quantifiers do not make a paraphrase long enough to move a word in
 _NOT_COUNTED = WH_EN | frozenset("all every each some any no most few many".split())
 

@@ -54,7 +54,7 @@ def test_chinese_paraphrase_and_look_alikes(cache: Cache) -> None:
 # Same-meaning rewordings users type: discourse, typos, spelling and spacing variants
 REWORDED = [
     ("Can I bring a power bank in my checked luggage?",
-     "Um, hi, I was just wondering if I can bring a power bank in my checked luggage? Thanks so much"),
+     "Um, hi, I was just wondering if I can bring a power bank in my checked luggage? Thanks"),
     ("Can I bring a power bank in my checked luggage?",
      "Quick question if you don't mind: can I bring a power bank in my checked luggage?"),
     ("高铁上有WiFi吗？", "那个，请问高铁上有WiFi吗？谢谢哈"),
