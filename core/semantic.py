@@ -165,7 +165,7 @@ class SemanticTier:
             return None
         assert located is not None
         threshold = self.threshold_for(request.category)
-        query = located.question
+        query = _embeddable(located.question)  # what the guards judge: as typed, bar capitals
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
         scope = {"scope": self._scope(request, located)["scope"]}
@@ -205,9 +205,24 @@ class SemanticTier:
           "Wi Fi" against "WiFi" as "wifi";
         - a question typed without case ("who designed the eiffel tower") against one typed
           with case is compared lowered: the packaged embedders are case-sensitive, and
-          lowering every question was measured to raise look-alike false hits."""
-        near = self.index.search(vector, scope, self.top_k, max(0.0, threshold - _RESCORE_MARGIN))
+          lowering every question was measured to raise look-alike false hits.
+
+        A question with an English typo also searches with a guess at the word meant
+        (``spelling.corrected``), which only adds candidates: one found by the guess alone
+        counts only when the other question confirms the word (the comparison rescores it)."""
+        floor = max(0.0, threshold - _RESCORE_MARGIN)
+        near = self.index.search(vector, scope, self.top_k, floor)
         new = canonical(query)
+        guess = _embeddable(corrected(new))
+        unconfirmed: set[str] = set()
+        if guess != _embeddable(new):
+            found = {c.id for c in near}
+            for candidate in self.index.search(
+                self.embedder.embed([guess])[0], scope, self.top_k, floor
+            ):
+                if candidate.id not in found:
+                    near.append(candidate)
+                    unconfirmed.add(candidate.id)
         pairs: dict[int, tuple[str, str]] = {}
         for i, candidate in enumerate(near):
             cached = canonical(str(candidate.payload.get("question", "")))
@@ -216,12 +231,14 @@ class SemanticTier:
                 a = a.lower()
             if (a, b) != (cached, new):
                 pairs[i] = (_embeddable(a), _embeddable(b))
+                unconfirmed.discard(candidate.id)
         if pairs:
             texts = [t for pair in pairs.values() for t in pair]
             vectors = self.embedder.embed(texts)
             for n, i in enumerate(pairs):
                 near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
-        return sorted((c for c in near if c.score >= threshold), key=lambda c: -c.score)
+        kept = (c for c in near if c.score >= threshold and c.id not in unconfirmed)
+        return sorted(kept, key=lambda c: -c.score)
 
     def _skip_reason(self, located: Located | None) -> str | None:
         if located is None or not _comparable(located.question):
@@ -306,9 +323,8 @@ def point_id_for(ref: str) -> str:
 
 
 def embedded_text(question: str) -> str:
-    """What the embedder sees of a question to search with: its canonical form, with a guess
-    at the word meant for each English typo (``spelling.corrected``)."""
-    return _embeddable(corrected(canonical(question)))
+    """What the embedder sees of a question: its canonical form, made embeddable."""
+    return _embeddable(canonical(question))
 
 
 def _embeddable(text: str) -> str:
