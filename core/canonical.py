@@ -61,7 +61,7 @@ _OPENING = re.compile(
 )
 _CLOSING = re.compile(
     rf"(?<=[,.!?:;…~，。！？：；、～)])\s*(?:(?:{_alternation(CLOSINGS_EN)}){_EN_END}"
-    rf"|{_alternation(CLOSINGS_ZH)})[\s,.!:;…~\-–—，。！：；、～]*$",
+    rf"|{_alternation(CLOSINGS_ZH)})[\s,.!?:;…~\-–—，。！？：；、～]*$",
     re.IGNORECASE,
 )
 
