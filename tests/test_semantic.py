@@ -219,6 +219,18 @@ def test_a_reranker_can_refuse_candidates(tmp_path: Path) -> None:
         assert cache.stats()["semantic"]["guard_rerank"] == 1
 
 
+def test_the_reranker_threshold_is_the_callers(tmp_path: Path) -> None:
+    def lukewarm(query: str, questions: Sequence[str]) -> list[float]:
+        return [0.3 for _ in questions]
+
+    for rerank_threshold, served in ((0.5, False), (0.2, True)):
+        path = tmp_path / f"r{rerank_threshold}.sqlite3"
+        with Cache(path=path, reranker=lukewarm, rerank_threshold=rerank_threshold) as cache:
+            _store(cache, "How do I reset my password?", "A")
+            hit = cache.lookup(cache.request("How can I reset my password?"))
+            assert (hit is not None) is served
+
+
 @pytest.mark.parametrize("query", ["", "   ", "\ud800 reset password", "a" * 1_000_000, "\x00\x07"])
 def test_bad_input_is_a_safe_miss(cache: Cache, query: str) -> None:
     _store(cache, "How do I reset my password?", "A")
