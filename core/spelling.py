@@ -38,8 +38,10 @@ _PREFIXES = frozenset("re un de pre co non anti dis mis over under out".split())
 _CONTRACTION_WORDS = frozenset("were well ill shell hell wed shed id hed".split())
 
 
+@lru_cache(maxsize=20_000)
 def reconcile(a: str, b: str) -> tuple[str, str]:
-    """``a`` and ``b`` with spelling variants and typos of one word rewritten to one form."""
+    """``a`` and ``b`` with spelling variants and typos of one word rewritten to one form
+    (memoized: the tier scores a candidate, then the guards judge it, on the same pair)."""
     if a == b:
         return a, b
     a, b = _unify_variants(a, b)
