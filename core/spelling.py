@@ -22,7 +22,9 @@ under rules that cannot turn one word into another:
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
 from itertools import pairwise
@@ -204,10 +206,7 @@ def is_english_word(word: str) -> bool:
 @lru_cache(maxsize=1)
 def _english_counts() -> dict[str, int]:
     """symspellpy's bundled English dictionary: 82,765 words with their corpus counts."""
-    spec = importlib.util.find_spec("symspellpy")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("tricache needs symspellpy's English dictionary: pip install symspellpy")
-    path = Path(next(iter(spec.submodule_search_locations))) / "frequency_dictionary_en_82_765.txt"
+    path = _package_dir("symspellpy") / "frequency_dictionary_en_82_765.txt"
     counts = {}
     with path.open(encoding="utf-8") as f:
         for line in f:
@@ -260,8 +259,35 @@ def _same_pinyin_typo(span: str, word: str) -> bool:
     return bool(_pinyin(span[i]) & _pinyin(word[i]))
 
 
-@lru_cache(maxsize=20_000)
 def _pinyin(char: str) -> frozenset[str]:
-    from pypinyin import Style, pinyin
+    """The readings of a character without tones ("行" → xing, hang, heng)."""
+    return _pinyin_table().get(ord(char), frozenset())
 
-    return frozenset(pinyin(char, style=Style.NORMAL, heteronym=True)[0])
+
+@lru_cache(maxsize=1)
+def _pinyin_table() -> dict[int, frozenset[str]]:
+    """pypinyin's character table, read from its data file: importing the package would load
+    its phrase tables too (some 50 MB), which one character does not need."""
+    path = _package_dir("pypinyin") / "pinyin_dict.json"
+    with path.open(encoding="utf-8") as f:
+        table = json.load(f)
+    return {
+        int(code): frozenset(_toneless(r) for r in readings.split(","))
+        for code, readings in table.items()
+    }
+
+
+def _toneless(reading: str) -> str:
+    return unicodedata.normalize(
+        "NFC", "".join(c for c in unicodedata.normalize("NFD", reading) if c not in _TONE_MARKS)
+    )
+
+
+_TONE_MARKS = frozenset("\u0300\u0301\u0304\u030c")  # grave, acute, macron, caron (ü stays)
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"tricache's typo tolerance needs {name}: pip install {name}")
+    return Path(next(iter(spec.submodule_search_locations)))
