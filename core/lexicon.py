@@ -159,15 +159,14 @@ NUMBER_WORDS_EN = {
 # content.  Closings go at the end, only after punctuation ("How do you say thank you?").
 # A lead-in that takes a clause also takes its "if" / "whether": "I was wondering if …".
 OPENINGS_EN = (
-    "um; umm; uh; uhh; uhm; erm; er; hmm; hm; so; hi there; hello there; hey there; hi all; hi everyone; "
+    "um; umm; uh; uhh; uhm; erm; hmm; so; hi there; hello there; hey there; hi all; hi everyone; "
     "hello everyone; hey guys; hi guys; good morning; good afternoon; good evening; quick "
     "question; a quick question; just a quick question; one more question; i have a question; "
     "i have a quick question; i've got a question; i got a question; random question; "
     "sorry to bother you; sorry to bother; sorry for the dumb question; sorry if this is a dumb "
     "question; sorry if this is a stupid question; this might be a dumb question but; this "
     "might be a stupid question but; excuse me; pardon me; just curious; out of curiosity; "
-    "if you don't mind; if you do not mind; if possible; if you can; pls; plz; please; kindly; "
-    "dear support"
+    "pls; plz; please; kindly; dear support"
 )
 LEAD_INS_EN = (
     "i was just wondering; i was wondering; i'm wondering; i am wondering; i wonder; just "
@@ -181,26 +180,28 @@ LEAD_INS_EN = (
     "any idea; any ideas"
 )
 SET_OFF_EN = (
-    "hi; hello; hey; hiya; greetings; well; ok; okay; alright; anyway; also; basically; "
+    "hi; hello; hey; hiya; greetings; er; hm; if you don't mind; if you do not mind; if "
+    "possible; well; ok; okay; alright; anyway; also; basically; "
     "actually; honestly; help; please help; help please; can you help; can you help me; could "
     "you help me; i need help; need help; question"
 )
 CLOSINGS_EN = (
-    "thanks; thank you; thanks so much; thx in advance; ty in advance; thank you so much; thanks a lot; thanks a bunch; many "
-    "thanks; thanks in advance; thank you in advance; thanks for your help; thank you for your "
-    "help; thanks for the help; thx; ty; tia; cheers; please; pls; plz; help; please help; help "
-    "please; help me; please help me; any help appreciated; any help is appreciated; any help "
-    "would be appreciated; any help would be great; appreciate it; i appreciate it; much "
-    "appreciated; asap; if you don't mind; if you do not mind; if possible; if you can; if you "
-    "could; no worries if not; um; uh; lol"
+    "thanks; thank you; thanks so much; thx in advance; ty in advance; thank you so much; "
+    "thanks a lot; thanks a bunch; many thanks; thanks in advance; thank you in advance; "
+    "thanks for your help; thank you for your help; thanks for the help; thx; ty; tia; "
+    "cheers; please; pls; plz; help; please help; help please; help me; please help me; any "
+    "help appreciated; any help is appreciated; any help would be appreciated; any help would "
+    "be great; appreciate it; i appreciate it; much appreciated; asap; if you don't mind; if "
+    "you do not mind; if possible; if you can; if you could; no worries if not; um; uh; lol"
 )
 OPENINGS_ZH = (
     "请问; 请问一下; 麻烦问一下; 麻烦问下; 想问一下; 想问下; 我想问一下; 我想问下; 我想问; 问一下; 请教一下; 想请教一下; 我想请教一下; "
-    "打扰一下; 打扰了; 不好意思; 不好意思打扰一下; 你好; 您好; 你们好; 大家好; 哈喽; 我想知道; 想知道; 我想了解一下; 想了解一下; 我有个问题; "
+    "打扰一下; 不好意思打扰一下; 我想知道; 想知道; 我想了解一下; 想了解一下; 我有个问题; "
     "有个问题; 问个问题; 请告诉我; 告诉我; 能告诉我; 能不能告诉我; 可以告诉我; 谁知道; 有谁知道; 有没有人知道; 麻烦你; 麻烦您"
 )
 SET_OFF_ZH = (
-    "那个; 这个; 就是; 就是说; 嗯; 呃; 额; 哦; 喂; 嗨; 亲; 亲亲; 那么; 然后; 对了; 话说; 麻烦"
+    "那个; 这个; 就是; 就是说; 嗯; 呃; 额; 哦; 喂; 嗨; 亲; 亲亲; 那么; 然后; 对了; 话说; 麻烦; 你好; 您好; 你们好; 大家好; 哈喽; "
+    "不好意思; 打扰了"
 )
 CLOSINGS_ZH = (
     "谢谢; 谢谢你; 谢谢您; 谢谢了; 谢谢啦; 谢谢哈; 谢啦; 多谢; 感谢; 非常感谢; 万分感谢; 先谢谢了; 提前谢谢; 麻烦了; 麻烦你了; 麻烦您了; 拜托了; "

@@ -40,6 +40,11 @@ KEPT = [
     "麻烦的事情怎么办",
     "怎么说谢谢",
     "Thanks!",  # nothing but discourse: stays as typed
+    "If you can swim, is it safe to dive?",  # a condition, not politeness
+    "If you don't mind the noise, is it a good hotel?",
+    "ER wait times in Boston?",
+    "不好意思的英文怎么说",
+    "你好的英文怎么说",
 ]
 
 
