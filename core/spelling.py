@@ -10,11 +10,11 @@ under rules that cannot turn one word into another:
   compound are removed become one token, unless both spellings are dictionary words
   ("log in" / "login", "re-sign" / "resign" stay apart) or the apostrophe-less spelling is
   another word ("were" / "we're");
-- **typos (English)** — a lower-case word of five letters or more that the dictionary
-  (symspellpy's bundled English frequency list, 82,765 words) does not know, one edit (two for
-  long words) from exactly one dictionary word that only the other side has, counts as that
-  word; two real words (affect / effect) never do, nor a capitalized word inside a sentence
-  (a name);
+- **typos (English)** — a lower-case word of five letters or more that neither symspellpy's
+  bundled English dictionary (82,765 words) nor wordfreq's list of common English words knows,
+  one edit (two for long words) from exactly one known word that only the other side has,
+  counts as that word; two real words (affect / effect, tumor / tutor) never do, nor a
+  capitalized word inside a sentence (a name);
 - **typos (Chinese)** — a span that differs from a word of the other side (jieba's dictionary)
   in one character of the same pinyin, and is itself no word, counts as that word.
 """
@@ -121,7 +121,7 @@ def _fix_typos(x: str, y: str) -> str:
     """``x`` with each of its unknown words that is one edit from a word of ``y`` rewritten."""
     keys_y = {_key(m.group()) for m in _LATIN.finditer(y)}
     keys_x = {_key(m.group()) for m in _LATIN.finditer(x)}
-    targets = [k for k in keys_y - keys_x if k.isalpha() and is_english_word(k)]
+    targets = [k for k in keys_y - keys_x if k.isalpha() and _known(k)]
     if not targets:
         return x
     out, last = [], 0
@@ -142,7 +142,21 @@ def _may_be_typo(word: str, *, at_start: bool) -> bool:
         return False
     if not (word.islower() or (at_start and word[1:].islower())):
         return False  # a capital inside a sentence: a name, not a typo
-    return not is_english_word(word.lower())
+    return not _known(word.lower())
+
+
+def _known(word: str) -> bool:
+    """A word of symspellpy's dictionary, or one common on the web (wordfreq's small English
+    list: a frequency of one in a million or more).  symspellpy's list is British and dated:
+    without wordfreq "tumor" would be a typo of "tutor", "theater" of "cheater"."""
+    return is_english_word(word) or _common_on_the_web(word)
+
+
+@lru_cache(maxsize=50_000)
+def _common_on_the_web(word: str) -> bool:
+    from wordfreq import word_frequency
+
+    return word_frequency(word, "en", wordlist="small") > 0
 
 
 def _distance(a: str, b: str) -> int:

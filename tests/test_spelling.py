@@ -31,6 +31,10 @@ OTHER_WORD = [
     ("How do I delete my account?", "How do I delete my comment?"),
     ("What payment methods do you accept?", "What payment methods do you refuse?"),
     ("北京的天气", "背景的天气"),  # same pinyin, both words
+    # words the dated, British dictionary lacks are still words when common on the web
+    ("Is the tumor benign?", "Is the tutor benign?"),
+    ("Who is the best theater actor?", "Who is the best cheater actor?"),
+    ("Are the centers open?", "Are the renters open?"),
     # a capital inside a sentence is a name, not a typo
     ("Who is Jon Snow?", "Who is John Snow?"),
     # variants that are other words: a prefix split off, an apostrophe-less other word
