@@ -240,9 +240,23 @@ def _fix_zh_typos(x: str, y: str) -> str:
             for i in range(len(run) - len(word) + 1):
                 span = run[i : i + len(word)]
                 if _same_pinyin_typo(span, word) and span not in y:
-                    x = x.replace(span, word)
-                    break
+                    swapped = i + next(k for k in range(len(word)) if span[k] != word[k])
+                    if not _in_a_word(run, swapped, span):
+                        x = x.replace(span, word)
+                        break
     return x
+
+
+def _in_a_word(run: str, position: int, span: str) -> bool:
+    """The character at ``position`` makes a dictionary word with its neighbours in ``run``
+    (other than ``span``): then it was meant — 期终考试 holds 期终, 应该签 holds 应该."""
+    freq = _jieba_freq()
+    for size in (2, 3, 4):
+        for start in range(max(0, position - size + 1), min(position, len(run) - size) + 1):
+            piece = run[start : start + size]
+            if piece != span and freq.get(piece):
+                return True
+    return False
 
 
 def _zh_words(text: str) -> Iterable[str]:

@@ -31,6 +31,8 @@ OTHER_WORD = [
     ("How do I delete my account?", "How do I delete my comment?"),
     ("What payment methods do you accept?", "What payment methods do you refuse?"),
     ("北京的天气", "背景的天气"),  # same pinyin, both words
+    ("期中考试难吗", "期终考试难吗"),  # 期终 is a word: the swapped character was meant
+    ("高铁票怎么改签", "高铁票应该签吗"),
     # words the dated, British dictionary lacks are still words when common on the web
     ("Is the tumor benign?", "Is the tutor benign?"),
     ("Who is the best theater actor?", "Who is the best cheater actor?"),
