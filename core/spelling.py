@@ -108,6 +108,8 @@ def _variants(x: str, y: str) -> bool:
         parts = re.split(r"[-\s]", spelled.casefold())
         if len(parts) > 1 and parts[0] in _PREFIXES:
             return False
+        if sum(any(c.isdigit() for c in p) for p in parts) > 1:
+            return False  # "1-2 days" / "12 days", "2 5 kg" / "25 kg": other numbers
     if ("'" in x + y or "’" in x + y) and not re.search(r"[-\s]", x + y):
         return _key(x) not in _CONTRACTION_WORDS
     split = x if re.search(r"[-\s]", x) else y

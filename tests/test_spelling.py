@@ -42,6 +42,9 @@ OTHER_WORD = [
     # variants that are other words: a prefix split off, an apostrophe-less other word
     ("How do I re-sign the form?", "How do I resign the form?"),
     ("Were you there?", "We're you there?"),
+    # numbers split by a hyphen or a space are other numbers
+    ("Is delivery 1-2 days?", "Is delivery 12 days?"),
+    ("Do you sell 2 5 kg bags?", "Do you sell 25 kg bags?"),
     # codes that differ stay different
     ("How much is the PS5?", "How much is the PS4?"),
     ("Does it have USB-C?", "Does it have USB-A?"),
