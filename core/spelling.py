@@ -12,9 +12,9 @@ under rules that cannot turn one word into another:
   another word ("were" / "we're");
 - **typos (English)** — a lower-case word of five letters or more that neither symspellpy's
   bundled English dictionary (82,765 words) nor wordfreq's list of common English words knows,
-  one edit (two for long words) from exactly one known word that only the other side has,
-  counts as that word; two real words (affect / effect, tumor / tutor) never do, nor a
-  capitalized word inside a sentence (a name);
+  one edit (a swap of two neighbours counts one) from exactly one known word that only the
+  other side has, counts as that word; two real words (affect / effect, tumor / tutor) never
+  do, nor a capitalized word inside a sentence (a name);
 - **typos (Chinese)** — a span that differs from a word of the other side (jieba's dictionary)
   in one character of the same pinyin, and is itself no word, counts as that word.
 """
@@ -131,7 +131,7 @@ def _fix_typos(x: str, y: str) -> str:
         word = m.group()
         if not _may_be_typo(word, at_start=not x[: m.start()].strip()):
             continue
-        near = [t for t in targets if _distance(word.lower(), t) <= (1 if len(word) < 9 else 2)]
+        near = [t for t in targets if _distance(word.lower(), t) <= 1]
         if len(near) == 1:
             fixed = near[0].capitalize() if word[0].isupper() else near[0]
             out.append(x[last : m.start()] + fixed)

@@ -71,6 +71,8 @@ def test_reconcile_rewrites_both_sides_to_one_spelling() -> None:
 
 def test_only_short_distances_count_as_typos() -> None:
     assert reconcile("reset my wndws", "reset my windows")[0] == "reset my wndws"  # three edits
+    # two edits, even in a long word, are too many: hypo- / hyper- is two conditions
+    assert reconcile("treating hypretenson", "treating hypertension")[0] == "treating hypretenson"
     # a non-word close to two words of the other side is ambiguous: left alone
     assert reconcile("cheap shrts", "cheap shirts and shorts")[0] == "cheap shrts"
 
