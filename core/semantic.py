@@ -243,7 +243,7 @@ class SemanticTier:
     def _skip_reason(self, located: Located | None) -> str | None:
         if located is None or not _comparable(located.question):
             return "no_question"  # empty, too long, code, not isolated, or no words at all
-        if not self.cacheable(located.question):
+        if not self.cacheable(canonical(located.question)):  # "Hi, how do I …" is a procedure
             return "uncacheable"
         return None
 

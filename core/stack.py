@@ -22,6 +22,7 @@ import msgpack
 
 from .audit import AuditLog
 from .breaker import CircuitBreaker
+from .canonical import canonical
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
 from .faq import FaqEntry, FaqStore
@@ -341,7 +342,8 @@ class Cache:
         ``cache_time_dependent``): no tier but the curated FAQ serves it, none stores it."""
         located = locate(request.query)  # a template's context may say "latest": ask the question
         question = located.question if located is not None else request.query
-        if self.cache_time_dependent or self._cacheable(question):
+        # judged on the canonical question: "Hey, how do I cancel my subscription?" is a procedure
+        if self.cache_time_dependent or self._cacheable(canonical(question)):
             return True
         self.metrics.incr("exact", "skipped_time_dependent")
         return False

@@ -81,3 +81,11 @@ def test_the_canonical_question_never_feeds_the_exact_key(tmp_path: Path) -> Non
         hit = cache.lookup(cache.request(polite))
         assert hit is not None and hit.tier == "semantic"  # compared canonically, not keyed so
         assert cache.lookup(cache.request(polite), semantic=False) is None
+
+
+def test_cacheability_is_judged_on_the_canonical_question(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "c.sqlite3") as cache:
+        # a procedure stays one however it is introduced; time stays time
+        assert cache.update(cache.request("Hey there, how do I cancel my subscription?"), "A")
+        assert not cache.update(cache.request("Hi, what's the weather today? Thanks"), "B")
+        assert cache.lookup(cache.request("Hi, what's the weather today? Thanks")) is None

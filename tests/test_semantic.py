@@ -58,6 +58,8 @@ REWORDED = [
     ("Can I bring a power bank in my checked luggage?",
      "Quick question if you don't mind: can I bring a power bank in my checked luggage?"),
     ("高铁上有WiFi吗？", "那个，请问高铁上有WiFi吗？谢谢哈"),
+    # a procedure on the asker's things is cacheable however it is introduced
+    ("How do I cancel my subscription?", "Hey there, how do I cancel my subscription? Thanks"),
     ("How do I reset my Windows password?", "how do i reset my windos pasword"),
     ("What is the deadline for the scholarship application?",
      "what is the dealine for the scholarhsip aplication"),
