@@ -74,12 +74,48 @@ def canonical(question: str) -> str:
 @lru_cache(maxsize=20_000)
 def _canonical(question: str) -> str:
     text = question.strip()
+    embedded = False  # a lead-in took the clause's "if" / "whether"
     while True:
-        stripped = _OPENING.sub("", text, count=1)
+        opening = _OPENING.match(text)
+        stripped = text[opening.end() :] if opening else text
+        if opening and _IF.search(opening.group()):
+            embedded = True
         stripped = _CLOSING.sub("", stripped, count=1).rstrip(" ,;:，；：、-—")
         if stripped == text:
             break
         text = stripped
     if sum(c.isalnum() for c in text) < 2:  # nothing but discourse ("Thanks!", "你好吗")
         return question.strip()
-    return text
+    return _as_question(text) if embedded else text
+
+
+_IF = re.compile(r"\b(?:if|whether)\W*$", re.IGNORECASE)
+# "… wondering if I can bring it" asks "can I bring it?"; "… know if you ship to Canada" asks
+# "do you ship to Canada?": the clause's subject and auxiliary change places back
+_SUBJECT = r"(?P<subject>i|you|we|they|he|she|it|there)"
+_AUXILIARY = (
+    r"(?P<aux>can['’]t|won['’]t|cannot|can|could|should|would|will|shall|may|might|must|am|is|are|was|were|have|has|"
+    r"had|do|does|did)(?P<neg>n['’]t)?"
+)
+_CLAUSE = re.compile(rf"^{_SUBJECT}\s+{_AUXILIARY}(?![\w'’])\s*", re.IGNORECASE)
+_PLAIN_CLAUSE = re.compile(r"^(?P<subject>i|you|we|they)\s+(?=[a-z]+\b)", re.IGNORECASE)
+
+
+def _as_question(clause: str) -> str:
+    """An embedded yes/no clause as the question it asks, when its subject is a pronoun (any
+    other clause stays as it is)."""
+    match = _CLAUSE.match(clause)
+    if match:
+        aux = match.group("aux") + (match.group("neg") or "")
+        rest = f"{aux} {match.group('subject')} {clause[match.end() :]}"
+    else:
+        match = _PLAIN_CLAUSE.match(clause)
+        verb = clause[match.end() :].split(" ", 1)[0].lower() if match else ""
+        if match is None or verb in _NOT_VERBS or verb.endswith("ed"):
+            return clause  # not a present-tense verb: the clause stays as it is
+        rest = f"do {match.group('subject')} {clause[match.end() :]}"
+    return rest.rstrip(" .。") + ("" if rest.rstrip().endswith(("?", "？")) else "?")
+
+
+# words after a plain subject that are no verb to put "do" before: "if I not …", "if you also …"
+_NOT_VERBS = frozenset("not also still really just ever never already".split())

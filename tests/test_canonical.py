@@ -14,7 +14,12 @@ from tricache.request import exact_key
 STRIPPED = [
     # (as typed, canonical)
     ("Um, hi, I was just wondering if I can bring a power bank in my checked luggage? Thanks so much",
-     "I can bring a power bank in my checked luggage?"),
+     "can I bring a power bank in my checked luggage?"),
+    # the yes/no clause a lead-in embeds is asked again as a question
+    ("Hi everyone, I'd like to know if you ship to Canada. Thanks a lot", "do you ship to Canada?"),
+    ("Do you know if there is a pharmacy nearby?", "is there a pharmacy nearby?"),
+    ("I wonder if they can't see it", "can't they see it?"),
+    ("I want to know if the store opens at 9", "the store opens at 9"),  # no pronoun: as it is
     ("Quick question if you don't mind: can I bring a power bank?", "can I bring a power bank?"),
     ("Hi there, could you please tell me whether the store opens at 9?", "the store opens at 9?"),
     ("I would like to inquire about the refund policy.", "the refund policy."),
@@ -62,6 +67,12 @@ def test_a_negation_inside_a_politeness_formula_is_not_a_negation() -> None:
     polite = "Quick question if you don't mind: is it safe to fly with a power bank?"
     assert check(polite, "Is it safe to fly with a power bank?")[0] is None
     assert check(polite, "Is it not safe to fly with a power bank?")[0] == "negation"
+
+
+def test_a_clause_asked_again_keeps_its_negation() -> None:
+    wondering = "I was wondering if I can't bring a power bank in my checked luggage"
+    assert check(wondering, "Can I bring a power bank in my checked luggage?")[0] == "negation"
+    assert check(wondering, "Can't I bring a power bank in my checked luggage?")[0] is None
 
 
 def test_discourse_never_hides_a_difference_in_meaning() -> None:
