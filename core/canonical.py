@@ -10,7 +10,9 @@ The phrases come from curated lists (``lexicon.OPENINGS_*``, ``LEAD_INS_EN``, ``
 ``CLOSINGS_*``) and are removed only where discourse stands: at the start, or at the end after
 punctuation; a word that can be content ("hello world", "亲子", "say thank you") goes only when
 punctuation sets it off.  Nothing is removed inside the question, and a question that would be
-left without words stays as typed.  The exact tier never sees this form: its key holds the
+left without words stays as typed.  A yes/no clause that a lead-in embedded is asked again
+when its subject is a pronoun: "I'd like to know if you ship to Canada" asks "do you ship to
+Canada?", "I was wondering if I can't …" asks "can't I …?".  The exact tier never sees this form: its key holds the
 message as typed (normalized).
 """
 
