@@ -12,8 +12,8 @@ punctuation; a word that can be content ("hello world", "亲子", "say thank you
 punctuation sets it off.  Nothing is removed inside the question, and a question that would be
 left without words stays as typed.  A yes/no clause that a lead-in embedded is asked again
 when its subject is a pronoun: "I'd like to know if you ship to Canada" asks "do you ship to
-Canada?", "I was wondering if I can't …" asks "can't I …?".  The exact tier never sees this form: its key holds the
-message as typed (normalized).
+Canada?", "I was wondering if I can't …" asks "can't I …?".  The exact tier never sees this
+form: its key holds the message as typed (normalized).
 """
 
 from __future__ import annotations
