@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .guards import DEFAULT_GUARDS, Guard, check
+from .semantic import embedded_text
 from .stack import Cache
 
 __all__ = ["Pair", "calibrate", "evaluate_pairs", "plot_calibration", "read_pairs"]
@@ -149,7 +150,7 @@ def evaluate_pairs(
         tier = cache.semantic
         if tier is None:
             raise RuntimeError("the semantic tier is not available (see the log)")
-        _prefetch(tier.embedder, [t for p in pairs for t in (p.q1, p.q2)])
+        _prefetch(tier.embedder, [embedded_text(t) for p in pairs for t in (p.q1, p.q2)])
         overall = _Tally()
         kinds: defaultdict[str, _Tally] = defaultdict(_Tally)
         langs: defaultdict[str, _Tally] = defaultdict(_Tally)
@@ -186,10 +187,12 @@ def _prefetch(embedder: Any, texts: list[str]) -> None:
 
 
 def similarities(pairs: Sequence[Pair], embedder: Any) -> np.ndarray:
-    """Cosine similarity of each pair."""
-    _prefetch(embedder, [t for p in pairs for t in (p.q1, p.q2)])
-    a = embedder.embed([p.q1 for p in pairs])
-    b = embedder.embed([p.q2 for p in pairs])
+    """Cosine similarity of each pair, embedded as the semantic tier embeds a question."""
+    first = [embedded_text(p.q1) for p in pairs]
+    second = [embedded_text(p.q2) for p in pairs]
+    _prefetch(embedder, first + second)
+    a = embedder.embed(first)
+    b = embedder.embed(second)
     return np.asarray((a * b).sum(axis=1))
 
 

@@ -2,9 +2,10 @@
 
 Each entry has a question, an answer and optional paraphrases; every question form is indexed in
 FTS5 with the trigram tokenizer (which works for Chinese as well as English) and, with an
-embedder, as a vector.  A query is answered when its best candidate clears ``threshold`` and the
-guards pass against the matched question — the same guards as the semantic tier, except the two
-lexical ones (a paraphrase of a curated question naturally adds and swaps words).
+embedder, as a vector of its canonical question (``canonical``: greetings, fillers and thanks
+removed).  A query is answered when its best candidate clears ``threshold`` and every guard of
+the semantic tier passes against the matched question: a curated answer served to a look-alike
+("How do I delete my comment?" for "How do I delete my account?") is as wrong as a cached one.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from .canonical import canonical
 from .embed import Embedder
-from .guards import Guard, antonym, check, entity, negation, number, order, wh_word
+from .guards import DEFAULT_GUARDS, Guard, check
 from .home import private_sqlite
 from .request import normalize_query, text_bytes
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
 
-FAQ_GUARDS: tuple[Guard, ...] = (negation, antonym, number, entity, wh_word, order)
+FAQ_GUARDS: tuple[Guard, ...] = DEFAULT_GUARDS
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS faq (
@@ -322,7 +324,7 @@ def _fts_terms(query: str) -> str:
 
 
 def _embeddable(text: str) -> str:
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return canonical(text).encode("utf-8", "replace").decode("utf-8")
 
 
 def read_entries(path: str | Path) -> list[FaqEntry]:

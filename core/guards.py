@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import entities
+from .canonical import canonical
 from .lexicon import (
     ANTONYMS_EN,
     ANTONYMS_ZH,
@@ -42,6 +43,7 @@ from .lexicon import (
     ZH_UNITS,
 )
 from .normalize import Form, form
+from .spelling import reconcile
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -75,8 +77,11 @@ class Analysis:
 
 
 @lru_cache(maxsize=20_000)
-def analyze(question: str) -> Analysis:
-    """Analyze a question (memoized: cached questions are analyzed again on every lookup)."""
+def analyze(question: str, typed: str | None = None) -> Analysis:
+    """Analyze a question (memoized: cached questions are analyzed again on every lookup).
+    ``question`` is the text the guards compare (``check`` passes the canonical question with
+    its spelling reconciled); the case of its words is read from ``typed``, the question as
+    typed, when given: removing "Please" from "Please Polish this" must not hide the capital."""
     folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
     zh = bool(_CJK.search(folded))
     words, names = _tokens(folded, zh)
@@ -88,8 +93,17 @@ def analyze(question: str) -> Analysis:
         numbers=_numbers(folded, words),
         entities=entities.latin_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
-        form=form(question),
+        form=_form(question, typed),
     )
+
+
+def _form(question: str, typed: str | None) -> Form:
+    """Literals of the compared text, case of the typed one."""
+    compared = form(question)
+    if typed is None or typed == question:
+        return compared
+    as_typed = form(typed)
+    return Form(compared.literals, as_typed.cased, as_typed.has_case)
 
 
 def use_entity_recognizer(mode: entities.Mode) -> None:
@@ -330,12 +344,16 @@ def order(a: Analysis, b: Analysis) -> str | None:
     # defeat?", "What do snakes eat?" / "What eats snakes?"
     # a passive without its agent turns the object around: "Does it include support?" / "Is
     # support included?" (with an agent, "by", the relation guard decides)
+    # ... within one clause: across a comma a moved block changes what belongs to what
+    # ("他出生于A，在B去世" / "他出生于B，去世于A")
     long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
-    if a.zh or b.zh or long_enough or _passive(a) != _passive(b):
+    zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
+    if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
         return None if _rotation(permutation) else "order"
     return None if permutation == sorted(permutation) else "order"
 
 
+_CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
 # Question words and quantifiers do not make a paraphrase long enough to move a word in
 _NOT_COUNTED = WH_EN | frozenset("all every each some any no most few many".split())
 
@@ -564,8 +582,12 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
 def check(
     cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS
 ) -> tuple[str | None, tuple[str, ...]]:
-    """Run ``guards`` on two questions: (the first rejection or ``None``, the guards run)."""
-    a, b = analyze(cached), analyze(new)
+    """Run ``guards`` on two questions: (the first rejection or ``None``, the guards run).
+
+    The guards compare the canonical questions (``canonical``: no greetings, fillers or
+    thanks) with spelling variants and typos of one word reconciled (``spelling``)."""
+    compared_a, compared_b = reconcile(canonical(cached), canonical(new))
+    a, b = analyze(compared_a, cached), analyze(compared_b, new)
     ran = []
     for guard in guards:
         ran.append(guard.__name__)

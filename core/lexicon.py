@@ -88,6 +88,8 @@ STOPWORDS_EN = _words(
 FILLERS_EN = _words(
     "actually anybody basically best ever exactly explain go going good kind know like make "
     "need ok okay possible possibly somebody sort tell thing things use used using want"
+    # hedges: "How long does shipping usually take?" asks how long shipping takes
+    " usually generally typically normally roughly approximately"
 )
 FILLERS_ZH = _words(
     "一下 一个 具体 到底 可不可以 吧 呀 告诉 呢 啊 应该 是不是 有没有 知道 究竟 请问 这个 那个 需要 是否 才 才能 能否 可否 会 得 过 着 已经 就是"
@@ -96,6 +98,8 @@ FILLERS_ZH = _words(
     " 啥 咋 咋样 怎样 怎么样 样 么 哦 嘛 啦 的话 点 一点 一些 有些 自己 那么 这么 比较 大家 有人 帮忙 帮 求"
     # which (ones) = what: "有哪些好玩的地方" = "有什么好玩的地方"
     " 哪些 哪个 哪种 哪一个"
+    # hedges: "退款一般多久到账" asks how long a refund takes
+    " 一般 通常 平时 平常 大概 大约 一般来说"
 )
 
 # Relation words: they order the question (order guard) but are not content of their own.
@@ -148,3 +152,58 @@ NUMBER_WORDS_EN = {
     "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
     "million": 1_000_000, "billion": 1_000_000_000, "dozen": 12, "half": 0.5,
 }  # fmt: skip
+
+# Discourse: what a user types around a question without asking anything (canonical.py).
+# Phrases of the first two lists go wherever they stand at the start; SET_OFF words only when
+# punctuation (or another opening phrase) follows them, since "hello world" or "亲子" are
+# content.  Closings go at the end, only after punctuation ("How do you say thank you?").
+# A lead-in that takes a clause also takes its "if" / "whether": "I was wondering if …".
+OPENINGS_EN = (
+    "um; umm; uh; uhh; uhm; erm; hmm; so; hi there; hello there; hey there; hi all; hi everyone; "
+    "hello everyone; hey guys; hi guys; good morning; good afternoon; good evening; quick "
+    "question; a quick question; just a quick question; one more question; i have a question; "
+    "i have a quick question; i've got a question; i got a question; random question; "
+    "sorry to bother you; sorry to bother; sorry for the dumb question; sorry if this is a dumb "
+    "question; sorry if this is a stupid question; this might be a dumb question but; this "
+    "might be a stupid question but; excuse me; pardon me; just curious; out of curiosity; "
+    "pls; plz; please; kindly; dear support"
+)
+LEAD_INS_EN = (
+    "i was just wondering; i was wondering; i'm wondering; i am wondering; i wonder; just "
+    "wondering; wondering; i would like to know; i'd like to know; i want to know; i wanna know; "
+    "i need to know; i would like to ask; i'd like to ask; i want to ask; i wanted to ask; i "
+    "would like to inquire about; i'd like to inquire about; i would like to enquire about; i "
+    "have a question about; i have a question regarding; can you tell me; could "
+    "you tell me; can you please tell me; could you please tell me; would you tell me; would you "
+    "mind telling me; please tell me; tell me; do you know; do you happen to know; does anyone "
+    "know; does anybody know; anyone know; anybody know; please let me know; let me know; "
+    "any idea; any ideas"
+)
+SET_OFF_EN = (
+    "hi; hello; hey; hiya; greetings; er; hm; if you don't mind; if you do not mind; if "
+    "possible; well; ok; okay; alright; anyway; also; basically; "
+    "actually; honestly; help; please help; help please; can you help; can you help me; could "
+    "you help me; i need help; need help; question"
+)
+CLOSINGS_EN = (
+    "thanks; thank you; thanks so much; thx in advance; ty in advance; thank you so much; "
+    "thanks a lot; thanks a bunch; many thanks; thanks in advance; thank you in advance; "
+    "thanks for your help; thank you for your help; thanks for the help; thx; ty; tia; "
+    "cheers; please; pls; plz; help; please help; help please; help me; please help me; any "
+    "help appreciated; any help is appreciated; any help would be appreciated; any help would "
+    "be great; appreciate it; i appreciate it; much appreciated; asap; if you don't mind; if "
+    "you do not mind; if possible; if you can; if you could; no worries if not; um; uh; lol"
+)
+OPENINGS_ZH = (
+    "请问; 请问一下; 麻烦问一下; 麻烦问下; 想问一下; 想问下; 我想问一下; 我想问下; 我想问; 问一下; 请教一下; 想请教一下; 我想请教一下; "
+    "打扰一下; 不好意思打扰一下; 我想知道; 想知道; 我想了解一下; 想了解一下; 我有个问题; "
+    "有个问题; 问个问题; 请告诉我; 告诉我; 能告诉我; 能不能告诉我; 可以告诉我; 谁知道; 有谁知道; 有没有人知道; 麻烦你; 麻烦您"
+)
+SET_OFF_ZH = (
+    "那个; 这个; 就是; 就是说; 嗯; 呃; 额; 哦; 喂; 嗨; 亲; 亲亲; 那么; 然后; 对了; 话说; 麻烦; 你好; 您好; 你们好; 大家好; 哈喽; "
+    "不好意思; 打扰了"
+)
+CLOSINGS_ZH = (
+    "谢谢; 谢谢你; 谢谢您; 谢谢了; 谢谢啦; 谢谢哈; 谢啦; 多谢; 感谢; 非常感谢; 万分感谢; 先谢谢了; 提前谢谢; 麻烦了; 麻烦你了; 麻烦您了; 拜托了; "
+    "急; 急急急; 在线等; 在线等急; 求解答; 求解; 求助; 求大神; 求告知; 求回答; 哈哈"
+)

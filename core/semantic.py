@@ -8,7 +8,9 @@ The decision, in order:
 2. cacheability — questions whose answer depends on time or on the asker skip the tier;
 3. top-k candidates above the threshold, searched only among entries whose everything-else is
    identical: namespace, tenant, LLM and its settings, the whole conversation (system prompt,
-   every earlier turn) and the frame of the question's own message (template, context);
+   every earlier turn) and the frame of the question's own message (template, context); the
+   embedder sees the canonical question (``canonical``: greetings, fillers and thanks
+   removed), which never reaches the exact key;
 4. the guards, each able to refuse a candidate with a reason; the first candidate that passes
    and whose stored response is still current (the exact tier resolves it) is the hit;
 5. an optional re-ranker (e.g. a cross-encoder) that reorders and may refuse candidates.
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .audit import AuditLog
+from .canonical import canonical
 from .embed import Embedder
 from .entry import CacheEntry
 from .exact import StoreUnavailable
@@ -36,9 +39,10 @@ from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
 from .metrics import Metrics
 from .question import Located, locate
 from .request import CacheRequest, context_fingerprint
+from .spelling import corrected, reconcile
 from .stores.vectors import Candidate, VectorIndex
 
-__all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier"]
+__all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier", "embedded_text"]
 
 log = logging.getLogger(__name__)
 TIER = "semantic"
@@ -164,15 +168,13 @@ class SemanticTier:
             return None
         assert located is not None
         threshold = self.threshold_for(request.category)
-        query = _embeddable(located.question)
-        vector = self.embedder.embed([query])[0]
+        query = _embeddable(located.question)  # what the guards judge: as typed, bar capitals
+        compared = embedded_text(query)
+        vector = self.embedder.embed([compared])[0]
         scope = {"scope": self._scope(request, located)["scope"]}
-        if _caseless(query):
-            candidates = self._caseless_candidates(vector, scope, threshold)
-        else:
-            candidates = self.index.search(vector, scope, self.top_k, threshold)
+        candidates = self._candidates(query, vector, scope, threshold)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
-        candidates = self._rerank(query, candidates, decision)
+        candidates = self._rerank(compared, candidates, decision)
         for candidate in candidates:
             question = str(candidate.payload.get("question", ""))
             reason, ran = check(question, query, self.guards)
@@ -199,30 +201,58 @@ class SemanticTier:
         self.metrics.incr(TIER, "misses")
         return None
 
-    def _caseless_candidates(
-        self, vector: np.ndarray, scope: dict[str, str], threshold: float
+    def _candidates(
+        self, query: str, vector: np.ndarray, scope: dict[str, str], threshold: float
     ) -> list[Candidate]:
-        """Candidates for a question typed without case ("who designed the eiffel tower").
-        The packaged embedders are case-sensitive: "Eiffel Tower" and "eiffel tower" can fall
-        under the threshold, and lowering every question was measured to raise look-alike false
-        hits.  So such a question searches with a wider margin, and each candidate typed with
-        case is scored again on its lowered text; the threshold then decides as usual."""
-        near = self.index.search(vector, scope, self.top_k, max(0.0, threshold - _CASE_MARGIN))
-        cased = [
-            c
-            for c in near
-            if str(c.payload.get("question", "")).lower() != c.payload.get("question")
-        ]
-        if cased:
-            lowered = [str(c.payload["question"]).lower() for c in cased]
-            for candidate, other in zip(cased, self.embedder.embed(lowered), strict=True):
-                candidate.score = float(np.dot(vector, other))
-        return sorted((c for c in near if c.score >= threshold), key=lambda c: -c.score)
+        """Candidates above the threshold, each scored on the two questions as the guards will
+        compare them.  The search reaches ``_RESCORE_MARGIN`` below the threshold; a candidate
+        whose comparison differs from the texts embedded is embedded again on that
+        comparison, and the threshold then decides as usual:
+
+        - spelling reconciled (``spelling.reconcile``): "how do i reset my windos pasword"
+          against "How do I reset my Windows password?" is compared with "windows password",
+          "Wi Fi" against "WiFi" as "wifi";
+        - a question typed without case ("who designed the eiffel tower") against one typed
+          with case is compared lowered: the packaged embedders are case-sensitive, and
+          lowering every question was measured to raise look-alike false hits.
+
+        A question with an English typo also searches with a guess at the word meant
+        (``spelling.corrected``), which only adds candidates: one found by the guess alone
+        counts only when the other question confirms the word (the comparison rescores it)."""
+        floor = max(0.0, threshold - _RESCORE_MARGIN)
+        near = self.index.search(vector, scope, self.top_k, floor)
+        new = canonical(query)
+        guess = _embeddable(corrected(new))
+        unconfirmed: set[str] = set()
+        if guess != _embeddable(new):
+            found = {c.id for c in near}
+            for candidate in self.index.search(
+                self.embedder.embed([guess])[0], scope, self.top_k, floor
+            ):
+                if candidate.id not in found:
+                    near.append(candidate)
+                    unconfirmed.add(candidate.id)
+        pairs: dict[int, tuple[str, str]] = {}
+        for i, candidate in enumerate(near):
+            cached = canonical(str(candidate.payload.get("question", "")))
+            a, b = reconcile(cached, new)
+            if _caseless(_embeddable(b)) and not _caseless(a):
+                a = a.lower()
+            if (a, b) != (cached, new):
+                pairs[i] = (_embeddable(a), _embeddable(b))
+                unconfirmed.discard(candidate.id)
+        if pairs:
+            texts = [t for pair in pairs.values() for t in pair]
+            vectors = self.embedder.embed(texts)
+            for n, i in enumerate(pairs):
+                near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
+        kept = (c for c in near if c.score >= threshold and c.id not in unconfirmed)
+        return sorted(kept, key=lambda c: -c.score)
 
     def _skip_reason(self, located: Located | None) -> str | None:
         if located is None or not _comparable(located.question):
             return "no_question"  # empty, too long, code, not isolated, or no words at all
-        if not self.cacheable(located.question):
+        if not self.cacheable(canonical(located.question)):  # "Hi, how do I …" is a procedure
             return "uncacheable"
         return None
 
@@ -235,7 +265,7 @@ class SemanticTier:
     ) -> list[Candidate]:
         if self.reranker is None or not candidates:
             return candidates
-        questions = [str(c.payload.get("question", "")) for c in candidates]
+        questions = [canonical(str(c.payload.get("question", ""))) for c in candidates]
         scores = list(self.reranker(query, questions))
         ranked = sorted(zip(scores, candidates, strict=True), key=lambda sc: -sc[0])
         kept = []
@@ -271,7 +301,7 @@ class SemanticTier:
             return None
         assert located is not None
         question = _embeddable(located.question)
-        vector = self.embedder.embed([question])[0]
+        vector = self.embedder.embed([embedded_text(located.question)])[0]
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request, located),
@@ -300,6 +330,11 @@ class SemanticTier:
 def point_id_for(ref: str) -> str:
     """A stable point id per exact key: rewriting an answer replaces its point."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
+
+
+def embedded_text(question: str) -> str:
+    """What the embedder sees of a question: its canonical form, made embeddable."""
+    return _embeddable(canonical(question))
 
 
 def _embeddable(text: str) -> str:
@@ -332,7 +367,7 @@ def _caseless(question: str) -> bool:
     return question == question.lower() and question != question.upper()
 
 
-_CASE_MARGIN = 0.1
+_RESCORE_MARGIN = 0.15
 
 
 def _hash(text: str) -> str:

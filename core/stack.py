@@ -25,6 +25,7 @@ import msgpack
 
 from .audit import AuditLog
 from .breaker import CircuitBreaker
+from .canonical import canonical
 from .entry import CacheEntry
 from .exact import ExactHit, ExactTier
 from .faq import FaqEntry, FaqStore, question_key
@@ -106,6 +107,7 @@ class Cache:
         top_k: int = 5,
         guards: Sequence[Guard] = DEFAULT_GUARDS,
         reranker: Reranker | None = None,
+        rerank_threshold: float = 0.5,
         cacheable: Callable[[str], bool] | None = None,
         faq: bool = True,
         faq_path: str | Path | None = None,
@@ -156,6 +158,7 @@ class Cache:
                 top_k=top_k,
                 guards=guards,
                 reranker=reranker,
+                rerank_threshold=rerank_threshold,
                 cacheable=cacheable,
                 audit=audit,
                 volatile_context=volatile_context,
@@ -365,7 +368,8 @@ class Cache:
         ``cache_time_dependent``): no tier but the curated FAQ serves it, none stores it."""
         located = locate(request.query)  # a template's context may say "latest": ask the question
         question = located.question if located is not None else request.query
-        if self.cache_time_dependent or self._cacheable(question):
+        # judged on the canonical question: "Hey, how do I cancel my subscription?" is a procedure
+        if self.cache_time_dependent or self._cacheable(canonical(question)):
             return True
         self.metrics.incr("exact", "skipped_time_dependent")
         return False
@@ -833,6 +837,7 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
         top_k=options["top_k"],
         guards=options["guards"],
         reranker=options["reranker"],
+        rerank_threshold=options["rerank_threshold"],
         cacheable=options["cacheable"] or is_cacheable,
         volatile_context=options["volatile_context"],
         metrics=metrics,

@@ -12,6 +12,7 @@ from tricache import Cache
 from tricache.cli import app
 from tricache.embed import get_embedder
 from tricache.faq import FaqEntry, FaqStore, read_entries
+from tricache.guards import DEFAULT_GUARDS
 
 ENTRIES = [
     FaqEntry("How do I delete my Facebook account?", "Settings > Account > Delete.",
@@ -42,6 +43,29 @@ def test_refuses_look_alikes_and_out_of_scope_questions(store: FaqStore) -> None
     assert store.answer("怎么关闭发票服务？") is None  # antonym
     assert store.answer("What is the capital of France?") is None  # nothing close
     assert store.answer("") is None
+
+
+def test_runs_every_guard_of_the_semantic_tier(tmp_path: Path) -> None:
+    faq = FaqStore(tmp_path / "faq.sqlite3", embedder=get_embedder("use-m"), threshold=0.5)
+    faq.add([
+        FaqEntry("How do I delete my account?", "Settings > Account > Delete."),
+        FaqEntry("What payment methods do you accept?", "Visa and Mastercard."),
+    ])  # fmt: skip
+    for look_alike in (
+        "How do I delete my comment?",  # substitution
+        "How do I deactivate my account?",  # substitution
+        "How do I delete my account temporarily?",  # added content
+        "What payment methods do you refuse?",  # substitution
+    ):
+        assert faq.answer(look_alike) is None, look_alike
+    assert faq.guards == DEFAULT_GUARDS
+
+
+def test_compares_the_canonical_question(store: FaqStore) -> None:
+    match = store.answer("Hi! Quick question: how do I reset my pasword? Thanks so much")
+    assert match is not None and match.question == "How do I reset my password?"
+    assert store.answer("那个，请问退款多久到账？谢谢哈") is not None
+    assert store.answer("Hi! Quick question: how do I not reset my password?") is None
 
 
 def test_fts5_trigram_finds_chinese_text_without_an_embedder(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ REFUSED = [
     ("When does the store open?", "Where does the store open?", "question_word"),
     ("Is Python better than Java?", "Is Java better than Python?", "order"),
     ("A比B好吗", "B比A好吗", "order"),
+    ("他出生于上海，在北京去世", "他出生于北京，去世于上海", "order"),  # a block moved across a comma
     ("flights from Paris to London", "flights from London to Paris", "order"),
     ("How many grams are in a pound?", "How many pounds are in a gram?", "order"),
     ("Should I eat before running?", "Should I eat after running?", "antonym"),
@@ -83,6 +84,9 @@ PASSED = [
     ("Can dogs eat grapes?", "Is it okay if dogs eat grapes?"),
     ("How do I reset my password?", "How do you reset your password?"),
     ("我想知道怎么重置密码", "怎么重置密码"),
+    # hedges ask nothing of their own
+    ("退款多久到账", "退款一般多久到账"),
+    ("How long does shipping take?", "How long does shipping usually take?"),
 ]
 
 

@@ -206,7 +206,7 @@ def test_faq_answers_reach_chat_models_and_llms(core: Cache) -> None:
     core.add_faq([FaqEntry("What is your uptime SLA?", "99.95% monthly.")])
     cache = TriCache(cache=core)
     reply = GenericFakeChatModel(messages=iter([AIMessage("NOT CALLED")]), cache=cache).invoke(
-        "What uptime SLA do you offer?"
+        "Hi! What's your uptime SLA? Thanks"  # the FAQ compares the canonical question
     )
     assert reply.content == "99.95% monthly."
     assert reply.response_metadata["tricache"]["tier"] == "faq"

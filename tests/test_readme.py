@@ -2,7 +2,8 @@
 
 Every ```python block of README.md runs in a fresh interpreter with ``TRICACHE_HOME`` in a
 temporary directory and must exit with 0. A block whose first line is ``# needs: qdrant``
-(or ``vllm``, ``gpu``) is skipped; ``# needs: redis`` blocks run (the tests have Redis).
+(or ``vllm``, ``gpu``, ``network``: a model fetched from the Hub) is skipped; ``# needs:
+redis`` blocks run (the tests have Redis).
 The blocks run side by side (most of their time is loading models), started once for all the
 selected ones.
 """
@@ -22,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SKIPPED_NEEDS = {"qdrant", "vllm", "gpu"}
+SKIPPED_NEEDS = {"qdrant", "vllm", "gpu", "network"}
 TIMEOUT_S = 180
 
 

@@ -51,6 +51,48 @@ def test_chinese_paraphrase_and_look_alikes(cache: Cache) -> None:
     assert cache.lookup(cache.request("怎么关闭自动续费？")) is None
 
 
+# Same-meaning rewordings users type: discourse, typos, spelling and spacing variants
+REWORDED = [
+    ("Can I bring a power bank in my checked luggage?",
+     "Um, hi, I was just wondering if I can bring a power bank in my checked luggage? Thanks"),
+    ("Can I bring a power bank in my checked luggage?",
+     "Quick question if you don't mind: can I bring a power bank in my checked luggage?"),
+    ("高铁上有WiFi吗？", "那个，请问高铁上有WiFi吗？谢谢哈"),
+    # a procedure on the asker's things is cacheable however it is introduced
+    ("How do I cancel my subscription?", "Hey there, how do I cancel my subscription? Thanks"),
+    ("How do I reset my Windows password?", "how do i reset my windos pasword"),
+    ("What is the deadline for the scholarship application?",
+     "what is the dealine for the scholarhsip aplication"),
+    ("Is there WiFi on the train?", "Is there Wi Fi on the train?"),
+    ("How much is the PS5?", "how much is the ps 5"),
+]  # fmt: skip
+
+# ... and look-alikes with another meaning, which must still be refused
+LOOK_ALIKES = [
+    ("How do I delete my account?", "Hi, how do I deactivate my account? Thanks"),
+    ("How do I delete my account?", "how do i delete my acount temporarily"),
+    ("What payment methods do you accept?", "Quick question: what payment methods do you refuse?"),
+    ("How does the tax affect prices?", "how does the tax effect prices"),
+    ("Can I bring a power bank in my checked luggage?",
+     "Quick question if you don't mind: can't I bring a power bank in my checked luggage?"),
+    ("How much is the PS5?", "how much is the ps 4"),
+    ("高铁上有WiFi吗？", "那个，请问飞机上有WiFi吗？谢谢哈"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stored", "asked"), REWORDED)
+def test_rewordings_users_type_are_served(cache: Cache, stored: str, asked: str) -> None:
+    _store(cache, stored, "the answer")
+    hit = cache.lookup(cache.request(asked))
+    assert hit is not None and hit.tier == "semantic", asked
+
+
+@pytest.mark.parametrize(("stored", "asked"), LOOK_ALIKES)
+def test_reworded_look_alikes_are_refused(cache: Cache, stored: str, asked: str) -> None:
+    _store(cache, stored, "the answer")
+    assert cache.lookup(cache.request(asked)) is None, asked
+
+
 def test_tenants_never_see_each_other(cache: Cache) -> None:
     _store(cache, "What is my plan?", "alice: Pro", tenant="alice")
     assert cache.lookup(cache.request("What's my plan?", tenant="bob")) is None
@@ -177,6 +219,18 @@ def test_a_reranker_can_refuse_candidates(tmp_path: Path) -> None:
         assert cache.lookup(cache.request("How can I reset my password?")) is None
         assert calls and calls[0][1] == ["How do I reset my password?"]
         assert cache.stats()["semantic"]["guard_rerank"] == 1
+
+
+def test_the_reranker_threshold_is_the_callers(tmp_path: Path) -> None:
+    def lukewarm(query: str, questions: Sequence[str]) -> list[float]:
+        return [0.3 for _ in questions]
+
+    for rerank_threshold, served in ((0.5, False), (0.2, True)):
+        path = tmp_path / f"r{rerank_threshold}.sqlite3"
+        with Cache(path=path, reranker=lukewarm, rerank_threshold=rerank_threshold) as cache:
+            _store(cache, "How do I reset my password?", "A")
+            hit = cache.lookup(cache.request("How can I reset my password?"))
+            assert (hit is not None) is served
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\ud800 reset password", "a" * 1_000_000, "\x00\x07"])
