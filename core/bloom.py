@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable, Iterator
 
 from rbloom import Bloom
 
@@ -49,12 +50,16 @@ class KeyFilter:
         self._cursor = ""
         self._ready = False
         self._loading = False
-        self._lock = threading.Lock()
+        self._added_while_loading: list[str] = []
+        self._lock = threading.Lock()  # one catch-up at a time (it reads the store)
+        # every call into the filter: rbloom hashes with a Python function, so another thread
+        # can run in the middle of an update, and a read or add then would find it borrowed
+        self._filter_lock = threading.Lock()
         on_fork(self._after_fork)
 
     def _after_fork(self) -> None:
         """A load running in the parent has no thread here: this process loads its own."""
-        self._lock = threading.Lock()
+        self._lock, self._filter_lock = threading.Lock(), threading.Lock()
         self._loading = False
         self._ready = False
 
@@ -63,10 +68,16 @@ class KeyFilter:
         return self._ready
 
     def might_contain(self, key: str) -> bool:
-        return not self._ready or key in self._bloom
+        if not self._ready:
+            return True
+        with self._filter_lock:
+            return key in self._bloom
 
     def add(self, key: str) -> None:
-        self._bloom.add(key)
+        with self._filter_lock:
+            self._bloom.add(key)
+            if self._loading:  # a new filter is being built: it must have this key too
+                self._added_while_loading.append(key)
 
     def sync_due(self) -> bool:
         return time.monotonic() - self._synced_at >= self.sync_s
@@ -78,7 +89,7 @@ class KeyFilter:
             return
         with self._lock:
             try:
-                complete = self._follow_log(store, namespace)
+                complete = self._follow_log(store, namespace, self._bloom)
             finally:  # a failed catch-up waits its turn like a good one
                 self._synced_at = time.monotonic()
         if not complete or self._bloom.approx_items > self.capacity:
@@ -88,24 +99,31 @@ class KeyFilter:
             self._start_load(store, namespace)
 
     def load(self, store: L2Store, namespace: str) -> None:
-        """Build the filter from the store (blocking); the log is followed from its tail."""
+        """Build a new filter from the store (blocking), then put it in place; the log is
+        followed from its tail."""
         with self._lock:
-            self._bloom = Bloom(self.capacity, self.error_rate, _key_hash)
+            fresh = Bloom(self.capacity, self.error_rate, _key_hash)
             self._cursor = ""
-            complete = self._follow_log(store, namespace)
+            complete = self._follow_log(store, namespace, fresh)
             if not complete:  # the log was trimmed: the full key list is the only truth
-                self._bloom.update(store.keys(namespace))
+                for keys in _batches(store.keys(namespace)):
+                    fresh.update(keys)
+            with self._filter_lock:
+                fresh.update(self._added_while_loading)
+                self._bloom, self._added_while_loading = fresh, []
             self._synced_at = time.monotonic()
             self._ready = True
 
-    def _follow_log(self, store: L2Store, namespace: str) -> bool:
+    def _follow_log(self, store: L2Store, namespace: str, bloom: Bloom) -> bool:
         """Read the log to its end, a batch at a time, pausing between batches: the request
-        threads (and an event loop) get the interpreter back while a big backlog is read."""
+        threads (and an event loop) get the interpreter back while a big backlog is read.
+        The store is read outside the filter's lock; each batch goes in under it."""
         complete = True
         while True:
             batch = store.written_since(namespace, self._cursor)
             complete = complete and batch.complete
-            self._bloom.update(batch.keys)
+            with self._filter_lock:
+                bloom.update(batch.keys)
             self._cursor = batch.cursor
             if not batch.keys:
                 return complete
@@ -125,3 +143,14 @@ class KeyFilter:
                 self._loading = False
 
         threading.Thread(target=run, name="tricache-bloom-load", daemon=True).start()
+
+
+def _batches(keys: Iterable[str], size: int = 2000) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

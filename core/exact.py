@@ -292,7 +292,7 @@ class ExactTier:
         try:
             entry = decode_entry(record.value, record.watermark)
         except CorruptEntry as exc:
-            log.warning("tricache: corrupt value at %s deleted (%s)", key, exc)
+            self._warn("corrupt value at %s deleted (%s)", key, exc)
             self.metrics.incr(TIER, "corrupt")
             self._delete(key)
             self._miss()
@@ -714,14 +714,18 @@ class ExactTier:
         self.metrics.incr(TIER, f"{what}_errors")
         if what == "write":
             self.metrics.incr(TIER, "dropped_writes")
-        now = time.monotonic()
-        if now - self._warned_at >= _WARN_EVERY_S:  # an outage is one line, not one a lookup
-            self._warned_at = now
-            log.warning("tricache: %s store %s failed: %s", self.store_name, what, exc)
-        else:
-            log.debug("tricache: %s store %s failed: %s", self.store_name, what, exc)
+        self._warn("%s store %s failed: %s", self.store_name, what, exc)
         if what == "read":
             self._miss()
+
+    def _warn(self, message: str, *args: object) -> None:
+        """A warning at most every 10 s (an outage, or a store full of garbage, is one line
+        now and then, not one a lookup); the others at debug level."""
+        now = time.monotonic()
+        loud = now - self._warned_at >= _WARN_EVERY_S
+        if loud:
+            self._warned_at = now
+        log.log(logging.WARNING if loud else logging.DEBUG, "tricache: " + message, *args)
 
     def _delete(self, key: str) -> None:
         if self.store is None or not self.breaker.allow():

@@ -206,3 +206,49 @@ def test_the_async_path_never_blocks_the_event_loop(tmp_path: Path, backend: str
         asyncio.run(sync_call_on_the_loop())
         assert _all_errors(cache) > before  # and the detector was on
     cache.close()
+
+
+def test_the_bloom_filter_takes_adds_and_reads_while_it_catches_up(tmp_path: Path) -> None:
+    """rbloom hashes with a Python function, so a thread can run in the middle of a catch-up:
+    adds and reads from request threads must neither fail nor wait for the store."""
+    import sqlite3
+
+    from tricache.bloom import KeyFilter
+    from tricache.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "bloom.sqlite3")
+    db = sqlite3.connect(tmp_path / "bloom.sqlite3")
+    db.executemany(
+        "INSERT INTO entries (key, value, watermark, expires_at) VALUES (?, ?, 0, 9e18)",
+        ((f"tricache:default:x:{i:040x}", b"x") for i in range(30_000)),
+    )
+    db.commit()
+    db.close()
+    bloom = KeyFilter(capacity=100_000)
+    bloom.load(store, "default")
+    store.set("tricache:default:x:" + "f" * 40, b"x", 60)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def request_thread(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                bloom.add(f"tricache:default:x:{n:08x}{i:032x}")
+                bloom.might_contain(f"tricache:default:x:{i:040x}")
+            except BaseException as exc:
+                errors.append(exc)
+            i += 1
+
+    threads = [threading.Thread(target=request_thread, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for _ in range(5):
+        bloom.load(store, "default")  # a full catch-up, again and again
+        bloom.sync(store, "default")
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert bloom.might_contain("tricache:default:x:" + "f" * 40)
+    store.close()

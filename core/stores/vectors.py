@@ -115,6 +115,7 @@ class _SharedShard:
                         shard.update(UpdateOperation.create_field_index(field, schema))
                     shard.flush()
                     shard.close()
+                    os.chmod(scratch, 0o700)  # the engine makes it 0755: ours, private
                     try:
                         os.rename(scratch, path)  # replaces an empty directory
                     except OSError:  # another process made it first
