@@ -663,7 +663,7 @@ def contenders(quick: bool, workdir: Path, redis_url: str | None) -> list[Callab
         def make() -> Any:
             get_embedder().clear()  # type: ignore[attr-defined]  # each run starts cold
             core = Cache(path=workdir / f"{len(name)}-{time.time_ns()}.sqlite3", faq=False,
-                         namespace=f"e2e{time.time_ns()}", **options)  # fmt: skip
+                         namespace=f"e2e{time.time_ns()}", warm=True, **options)  # fmt: skip
             return LangChainContender(name, TriCache(cache=core), core.close)
 
         return make

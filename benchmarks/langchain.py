@@ -72,7 +72,7 @@ def main() -> None:
             exact_prompt,
         ),
         "TriCache semantic (embedded)": (
-            TriCache(path=tmp / "c.sqlite3", namespace="lcc"),
+            TriCache(path=tmp / "c.sqlite3", namespace="lcc", warm=True),
             similar_prompt,
         ),
     }

@@ -140,6 +140,7 @@ def evaluate_pairs(
     with tempfile.TemporaryDirectory(prefix="tricache-eval-") as tmp:
         cache = Cache(
             path=Path(tmp) / "eval.sqlite3",
+            warm=True,
             embedder=embedder,
             threshold=threshold,
             guards=guards,
