@@ -89,8 +89,7 @@ class Coalescer:
         flights = self._loops.setdefault(asyncio.get_running_loop(), {})
         deadline = time.monotonic() + self.timeout
         while (flight := flights.get(key)) is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(flight.done.wait(), deadline - time.monotonic())
+            await _wait(flight.done, deadline - time.monotonic())
             if not flight.cancelled or time.monotonic() >= deadline:
                 yield False
                 return
@@ -167,6 +166,16 @@ class Coalescer:
         if self.store is not None:
             with contextlib.suppress(Exception):
                 self.store.unlock(_lock_name(key))
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Wait for ``event``, ``timeout`` seconds at most.  Not ``asyncio.wait_for``: before
+    Python 3.12 it can lose a cancellation that comes as the event is set."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=max(timeout, 0))
+    finally:
+        waiter.cancel()
 
 
 def _lock_name(key: str) -> str:

@@ -14,9 +14,9 @@ __all__ = ["ENTRY_BYTES", "Memo", "text_size"]
 
 V = TypeVar("V")
 
-# What one item costs besides its key and value: its links in the map and its (value, size)
-# pair (about 150 bytes by tracemalloc on CPython 3.11; rounded up).
-ENTRY_BYTES = 200
+# What one item costs besides its key and value: its links in the map, its (value, size) pair
+# and its share of the map's tables (150-250 bytes by tracemalloc on CPython 3.11).
+ENTRY_BYTES = 250
 
 
 class Memo(Generic[V]):

@@ -147,6 +147,7 @@ return current(ARGV[1])
 )
 _SCRIPTS = {"set": _SET_STAMPED, "poll": _POLL, "change": _CHANGE, "new_epoch": _NEW_EPOCH}
 _CHANGES_PER_POLL = 5000
+_MAX_CONNECTIONS = 100  # per client (one sync, one per event loop)
 
 
 class RedisStore:
@@ -165,6 +166,7 @@ class RedisStore:
     ) -> None:
         self.url = url
         self.cluster = cluster
+        self.timeout = timeout
         self._options: dict[str, Any] = dict(
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
@@ -193,7 +195,12 @@ class RedisStore:
     def _client(self, module: Any, **options: Any) -> Any:
         if self.cluster:
             return module.RedisCluster.from_url(self.url, **options)
-        return module.Redis.from_url(self.url, **options)
+        # More concurrent calls than connections wait for a free one, up to the timeout,
+        # rather than fail at once ("Too many connections" past redis-py's 100).
+        pool = module.BlockingConnectionPool.from_url(
+            self.url, max_connections=_MAX_CONNECTIONS, timeout=self.timeout, **options
+        )
+        return module.Redis.from_pool(pool)
 
     def _aclient(self) -> Any:
         """The running loop's asyncio client, made on first use in that loop."""
