@@ -8,12 +8,15 @@ import gc
 import json
 import os
 import random
+import ssl
+import subprocess
 import threading
 import time
 import tracemalloc
 import warnings
 from collections.abc import Iterator
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +32,7 @@ from tricache import Cache, CacheRequest, Turn, exact_key
 from tricache.request import memo_bytes
 from tricache.stores.redis import RedisStore
 
-from conftest import REDIS_URL
+from conftest import REDIS_URL, RedisServer, free_port
 
 # Every wait below is bounded far under this: a caller that waited for the coalescing timeout
 # (the bug) fails the test by its own bound, not by a tight wall-clock threshold.
@@ -322,6 +325,56 @@ def test_aclose_and_close_close_the_asyncio_clients(namespace: str) -> None:
     store.close()
     assert open_fds() == before
     idle.close()
+
+
+# connecting ------------------------------------------------------------------------------------
+def test_a_tls_url_to_a_plain_redis_fails_within_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``rediss://`` to a server that does not speak TLS: each attempt (the breaker's retries)
+    costs the store's timeout, the SSL context redis-py builds for it included (slowed here to
+    0.4 s, as a busy machine may load its CA bundle), not the context and then the timeout."""
+    real = ssl.create_default_context
+
+    def slow_context(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", slow_context)
+    store = RedisStore(REDIS_URL.replace("redis://", "rediss://"), timeout=0.5)
+    for _ in range(2):
+        started = time.monotonic()
+        with pytest.raises(redis.RedisError):
+            store.get("tricache:tls:x:1")
+        assert time.monotonic() - started < 0.8  # 0.5, not 0.4 + 0.5
+    store.close()
+
+
+def test_tls_round_trips(tmp_path: Path, namespace: str) -> None:
+    """A Redis that speaks TLS: the budgeted connect reads and writes, sync and async."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    server = RedisServer(
+        tmp_path,
+        ["--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+         "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"],
+    )  # fmt: skip
+    server.start()
+    try:
+        store = RedisStore(f"rediss://127.0.0.1:{port}/0?ssl_cert_reqs=none", timeout=2)
+        entry = f"tricache:{namespace}:x:1"
+        store.set(entry, b"over TLS", 60)
+        assert store.get(entry) is not None and store.get(entry).value == b"over TLS"  # type: ignore[union-attr]
+        found = asyncio.run(store.aget(entry))
+        assert found is not None and found.value == b"over TLS"
+        store.close()
+    finally:
+        server.stop()
 
 
 # memory ------------------------------------------------------------------------------------

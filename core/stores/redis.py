@@ -27,7 +27,9 @@ import contextlib
 import logging
 import math
 import secrets
+import socket
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -195,6 +197,8 @@ class RedisStore:
     def _client(self, module: Any, **options: Any) -> Any:
         if self.cluster:
             return module.RedisCluster.from_url(self.url, **options)
+        if module is redis and self.url.startswith("rediss://"):
+            options["connection_class"] = _TLSWithinBudget
         # More concurrent calls than connections wait for a free one, up to the timeout,
         # rather than fail at once ("Too many connections" past redis-py's 100).
         pool = module.BlockingConnectionPool.from_url(
@@ -414,6 +418,35 @@ class RedisStore:
                     loop.run_until_complete(closing)
             except RuntimeError:  # closed or started meanwhile, another loop running here
                 closing.close()
+
+
+class _TLSWithinBudget(redis.connection.SSLConnection):
+    """A TLS connection made within ``socket_connect_timeout`` in all: TCP connect, the SSL
+    context redis-py builds on each attempt (it loads the CA bundle: 15-50 ms) and the
+    handshake.  The asyncio client bounds the whole connect with one timeout already."""
+
+    def _connect(self) -> Any:
+        deadline = time.monotonic() + (self.socket_connect_timeout or math.inf)
+        sock = redis.connection.Connection._connect(self)  # TCP, within the budget
+        timed = _Deadline(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        timed.deadline = deadline
+        try:
+            tls = self._wrap_socket_with_ssl(timed)
+        except (OSError, redis.RedisError):
+            timed.close()
+            raise
+        tls.settimeout(self.socket_timeout)
+        return tls
+
+
+class _Deadline(socket.socket):
+    """A socket whose timeout is what is left of ``deadline`` when asked: ``ssl`` asks once,
+    when it wraps the socket (after the context is built), and the handshake has that time."""
+
+    deadline: float
+
+    def gettimeout(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.001)
 
 
 async def _finish(generator: AsyncGenerator[None, None]) -> None:
