@@ -23,11 +23,14 @@ import pytest
 import redis
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.messages import BaseMessage
+from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
+from llama_index.core.llms import CustomLLM
 from pydantic import Field
 
 import tricache.request
 from langchain_tricache import CachedChatModel
 from langchain_tricache.convert import parse_memo_bytes, parse_prompt
+from llama_index_tricache import TriCacheLLM
 from tricache import Cache, CacheRequest, Turn, exact_key
 from tricache.request import memo_bytes
 from tricache.stores.redis import RedisStore
@@ -242,6 +245,54 @@ def test_cancellation_storms_leave_no_lock_and_no_task(
     assert after.content == "Lima."
     assert locks(redis_client, namespace) == 0
     assert calls <= 20  # one per leader cancelled (the first one included), not one per waiter
+
+
+class HeldLLM(CustomLLM):
+    """A LlamaIndex LLM whose ``acomplete`` holds until cancelled while ``hold``."""
+
+    hold: bool = True
+    calls: int = 0
+    started: Any = None
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="held")
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return CompletionResponse(text="Lima.")
+
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
+        self.calls += 1
+        self.started.set()
+        if self.hold:
+            await asyncio.Event().wait()  # until cancelled
+        return CompletionResponse(text="Lima.")
+
+
+def test_a_cancelled_llama_index_call_leaves_no_lock(
+    shared: Any, redis_client: redis.Redis, namespace: str
+) -> None:
+    inner = HeldLLM()
+    llm = TriCacheLLM(inner, cache=shared(), coalesce_timeout=COALESCE_TIMEOUT)
+
+    async def scenario() -> CompletionResponse:
+        inner.started = asyncio.Event()
+        call = asyncio.create_task(llm.acomplete(PROMPT))
+        await asyncio.wait_for(inner.started.wait(), 10)
+        assert locks(redis_client, namespace) == 1
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert locks(redis_client, namespace) == 0
+        inner.hold = False
+        return await asyncio.wait_for(llm.acomplete(PROMPT), 10)
+
+    assert asyncio.run(scenario()).text == "Lima." and inner.calls == 2
 
 
 def test_a_failing_thread_leader_releases_the_redis_lock(
