@@ -426,7 +426,8 @@ class _TLSWithinBudget(redis.connection.SSLConnection):
     handshake.  The asyncio client bounds the whole connect with one timeout already."""
 
     def _connect(self) -> Any:
-        deadline = time.monotonic() + (self.socket_connect_timeout or math.inf)
+        budget = self.socket_connect_timeout
+        deadline = None if budget is None else time.monotonic() + budget
         sock = redis.connection.Connection._connect(self)  # TCP, within the budget
         timed = _Deadline(sock.family, sock.type, sock.proto, fileno=sock.detach())
         timed.deadline = deadline
@@ -443,10 +444,10 @@ class _Deadline(socket.socket):
     """A socket whose timeout is what is left of ``deadline`` when asked: ``ssl`` asks once,
     when it wraps the socket (after the context is built), and the handshake has that time."""
 
-    deadline: float
+    deadline: float | None
 
-    def gettimeout(self) -> float:
-        return max(self.deadline - time.monotonic(), 0.001)
+    def gettimeout(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.001)
 
 
 async def _finish(generator: AsyncGenerator[None, None]) -> None:
