@@ -14,7 +14,7 @@ import threading
 import time
 import tracemalloc
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -430,6 +430,23 @@ def test_tls_round_trips(tmp_path: Path, namespace: str) -> None:
 
 
 # memory ------------------------------------------------------------------------------------
+def kept_by(run: Callable[[], None]) -> int:
+    """Bytes allocated while ``run()`` ran, by code it called, and still held after it (what
+    other threads allocate meanwhile is not counted)."""
+    tracemalloc.start(6)  # deep enough to reach run() from each allocation below
+    try:
+        gc.collect()
+        before = tracemalloc.take_snapshot()
+        run()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    by_run = [tracemalloc.Filter(True, __file__, all_frames=True)]
+    diff = after.filter_traces(by_run).compare_to(before.filter_traces(by_run), "filename")
+    return sum(stat.size_diff for stat in diff)
+
+
 def test_the_fingerprint_memos_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """4,096 conversations of ~100 KB each: the memos keep digests of long texts, so what
     they hold stays within their byte bounds, and ``memo_bytes()`` says what they hold."""
@@ -438,19 +455,15 @@ def test_the_fingerprint_memos_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPa
     filler = "中" + "x" * 998  # two bytes a character: a memo that keeps texts shows at once
     for memo in (*tricache.request._PIECES, tricache.request._QUERIES):
         memo.clear()  # what is evicted must have been traced, or the comparison is off
-    tracemalloc.start()
-    try:
-        gc.collect()
-        start = tracemalloc.get_traced_memory()[0]
+
+    def conversations() -> None:
         for i in range(4096):
             history = tuple(
                 Turn("human" if j % 2 else "ai", f"{i}.{j}{filler}") for j in range(100)
             )
             exact_key(CacheRequest(f"{i} {filler}", system="Be brief.", history=history))
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - start
-    finally:
-        tracemalloc.stop()
+
+    grown = kept_by(conversations)
     assert memo_bytes() <= 24 * 2**20  # the memos' bounds: 2 x 4 MiB of pieces, 16 MiB of queries
     assert grown <= memo_bytes() + 2**20  # the counter does not under-report
     assert grown < 24 * 2**20  # not the 800 MB these conversations weigh
@@ -463,10 +476,8 @@ def test_the_langchain_prompt_memo_is_bounded_by_bytes() -> None:
     """4,096 distinct chat prompts of ~14 KB: parsed prompts are kept within 16 MiB."""
     turn = "y" * 1000
     langchain_tricache.convert._PARSED.clear()  # as above: evicted items must be traced
-    tracemalloc.start()
-    try:
-        gc.collect()
-        start = tracemalloc.get_traced_memory()[0]
+
+    def prompts() -> None:
         for i in range(4096):
             messages = [
                 {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", kind],
@@ -474,9 +485,7 @@ def test_the_langchain_prompt_memo_is_bounded_by_bytes() -> None:
                 for j, kind in enumerate(KINDS)
             ]  # fmt: skip
             assert parse_prompt(json.dumps(messages)).query.startswith(f"{i}.13")
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - start
-    finally:
-        tracemalloc.stop()
+
+    grown = kept_by(prompts)
     assert parse_memo_bytes() <= 16 * 2**20
     assert grown <= parse_memo_bytes() + 2**20
