@@ -6,9 +6,9 @@ import base64
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from hashlib import blake2b
 
+from .memo import ENTRY_BYTES, Memo, text_size
 from .normalize import normalize
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "context_fingerprint",
     "context_token",
     "exact_key",
+    "memo_bytes",
     "normalize_query",
     "text_bytes",
 ]
@@ -133,19 +134,16 @@ def context_fingerprint(request: CacheRequest, *, volatile: bool = False) -> str
 
 
 def _piece(text: str, volatile: bool) -> bytes:
-    """The digest of one normalized piece of context (memoized when short: a conversation
-    repeats its earlier turns on every call)."""
-    if len(text) <= _MEMO_MAX_CHARS:
-        return _short_piece(text, volatile)
-    return blake2b(text_bytes(normalize(text, volatile=volatile)), digest_size=16).digest()
-
-
-@lru_cache(maxsize=8192)
-def _short_piece(text: str, volatile: bool) -> bytes:
-    return blake2b(text_bytes(normalize(text, volatile=volatile)), digest_size=16).digest()
-
-
-_MEMO_MAX_CHARS = 1024
+    """The digest of one normalized piece of context, memoized: a conversation repeats its
+    earlier turns on every call."""
+    if not text:
+        return _EMPTY_PIECE
+    memo, key = _PIECES[volatile], text if len(text) <= _SHORT else _long_key(text)
+    found = memo.get(key)
+    if found is None:
+        found = blake2b(text_bytes(normalize(text, volatile=volatile)), digest_size=16).digest()
+        memo.put(key, found, ENTRY_BYTES + text_size(key, found))
+    return found
 
 
 def context_token(text: str) -> str:
@@ -156,22 +154,17 @@ def context_token(text: str) -> str:
     return "ctx-" + base64.b32encode(digest).decode("ascii").lower()
 
 
-@lru_cache(maxsize=8192)
-def _normalize_short(query: str) -> str:
-    return normalize(query)
-
-
 def normalize_query(query: str) -> str:
     """``normalize`` with a memo (repeats are what a cache sees most, and a lookup and its
-    write-back key the same prompt): many short queries, a few long prompts."""
-    if len(query) <= _MEMO_MAX_CHARS:
-        return _normalize_short(query)
-    return _normalize_long(query) if len(query) <= 512 * 1024 else normalize(query)
-
-
-@lru_cache(maxsize=16)
-def _normalize_long(query: str) -> str:
-    return normalize(query)
+    write-back key the same prompt); queries over 512 KB are normalized each time."""
+    if len(query) > _MEMO_MAX_CHARS:
+        return normalize(query)
+    key = query if len(query) <= _SHORT else _long_key(query)
+    found = _QUERIES.get(key)
+    if found is None:
+        found = normalize(query)
+        _QUERIES.put(key, found, ENTRY_BYTES + text_size(key, found))
+    return found
 
 
 def exact_key(request: CacheRequest, *, cache_version: str = "1", volatile: bool = False) -> str:
@@ -190,3 +183,21 @@ def exact_key(request: CacheRequest, *, cache_version: str = "1", volatile: bool
     material = "".join([f"{len(p)}:{p}" for p in parts])
     digest = blake2b(text_bytes(material), digest_size=20).hexdigest()
     return f"tricache:{request.namespace}:x:{digest}"
+
+
+# Memos bounded by bytes.  A short text is its own key; a longer one is keyed on its digest
+# (bytes: never equal to a text), so it costs 16 bytes here, not its length.
+_PIECES: tuple[Memo[bytes], Memo[bytes]] = (Memo(4 * 2**20), Memo(4 * 2**20))  # [volatile]
+_QUERIES: Memo[str] = Memo(16 * 2**20)
+_SHORT = 256
+_EMPTY_PIECE = blake2b(b"", digest_size=16).digest()  # normalize("") is ""
+_MEMO_MAX_CHARS = 512 * 1024
+
+
+def _long_key(text: str) -> bytes:
+    return blake2b(text_bytes(text), digest_size=16).digest()
+
+
+def memo_bytes() -> int:
+    """Bytes held by the memos of context pieces and normalized queries (``Cache.stats()``)."""
+    return _PIECES[0].bytes + _PIECES[1].bytes + _QUERIES.bytes

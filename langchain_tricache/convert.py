@@ -24,11 +24,13 @@ from tricache.conversation import (
     plain,
     split_conversation,
 )
+from tricache.memo import ENTRY_BYTES, Memo, text_size
 
 __all__ = [
     "generations_from_payload",
     "llm_key",
     "model_name",
+    "parse_memo_bytes",
     "parse_messages",
     "parse_prompt",
     "payload_from_generations",
@@ -57,13 +59,30 @@ _CALL_FIELDS = ("tool_calls", "invalid_tool_calls", "tool_call_chunks")
 def parse_prompt(prompt: str) -> Conversation:
     """Read the string LangChain hands a cache: a plain prompt (LLMs) or the JSON of a message
     list (chat models).  Anything unexpected becomes a plain prompt, keyed on its full text.
-    Memoized for prompts up to 16 KB (repeats are what a cache sees)."""
-    return _parse_short(prompt) if len(prompt) <= 16_384 else _parse(prompt)
+    Memoized for prompts up to 16 KB (repeats are what a cache sees), within 16 MiB."""
+    if len(prompt) > 16_384:
+        return _parse(prompt)
+    key = hashlib.blake2b(prompt.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = _parse(prompt)
+        _PARSED.put(key, parsed, ENTRY_BYTES + _size(parsed))
+    return parsed
 
 
-@lru_cache(maxsize=2048)
-def _parse_short(prompt: str) -> Conversation:
-    return _parse(prompt)
+_PARSED: Memo[Conversation] = Memo(16 * 2**20)  # digest of a prompt -> its conversation
+
+
+def parse_memo_bytes() -> int:
+    """Bytes held by the memo of parsed prompts (``Cache.stats()``)."""
+    return _PARSED.bytes
+
+
+def _size(conversation: Conversation) -> int:
+    """Bytes of a parsed prompt: its texts, and each turn's object."""
+    c = conversation
+    turns = sum(text_size(t.role, t.content, t.meta) + 80 for t in c.history)
+    return text_size(c.query, c.system, c.query_meta) + turns + 100
 
 
 def _parse(prompt: str) -> Conversation:

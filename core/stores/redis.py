@@ -14,17 +14,23 @@ The two version keys share a hash tag (one cluster slot) and change only inside 
 a reader never sees half a change.  Entry keys spread over the cluster's slots; every other
 operation touches one key.  Timeouts are short and retries off: a slow store must cost a lookup
 its budget, not the client's defaults.
+
+redis.asyncio clients belong to one event loop: the store keeps one per running loop, closed
+when the loop shuts down (``asyncio.run`` does), by ``aclose()`` in that loop, or by ``close()``
+(loops already closed are dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import secrets
+import socket
 import threading
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -143,6 +149,7 @@ return current(ARGV[1])
 )
 _SCRIPTS = {"set": _SET_STAMPED, "poll": _POLL, "change": _CHANGE, "new_epoch": _NEW_EPOCH}
 _CHANGES_PER_POLL = 5000
+_MAX_CONNECTIONS = 100  # per client (one sync, one per event loop)
 
 
 class RedisStore:
@@ -161,6 +168,7 @@ class RedisStore:
     ) -> None:
         self.url = url
         self.cluster = cluster
+        self.timeout = timeout
         self._options: dict[str, Any] = dict(
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
@@ -170,9 +178,8 @@ class RedisStore:
         self._log_length = write_log_length
         self._sync_client: Any = None
         self._lock = threading.Lock()
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
+        # loop -> (client, the async generator that closes it when the loop shuts down)
+        self._async: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
         self._listener: threading.Thread | None = None
         self._stopped = threading.Event()
 
@@ -191,17 +198,58 @@ class RedisStore:
     def _client(self, module: Any, **options: Any) -> Any:
         if self.cluster:
             return module.RedisCluster.from_url(self.url, **options)
-        return module.Redis.from_url(self.url, **options)
+        if module is redis and self.url.startswith("rediss://"):
+            options["connection_class"] = _TLSWithinBudget
+        # More concurrent calls than connections wait for a free one, up to the timeout,
+        # rather than fail at once ("Too many connections" past redis-py's 100).
+        pool = module.BlockingConnectionPool.from_url(
+            self.url, max_connections=_MAX_CONNECTIONS, timeout=self.timeout, **options
+        )
+        return module.Redis.from_pool(pool)
 
     def _aclient(self) -> Any:
-        """redis.asyncio clients belong to one event loop: keep one per running loop."""
+        """The running loop's asyncio client, made on first use in that loop."""
         loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            client = self._client(redis.asyncio, **self._options)
-            client.tricache = _register(client)
-            self._async[loop] = client
+        held = self._async.get(loop)
+        if held is not None:
+            return held[0]
+        client = self._client(redis.asyncio, **self._options)
+        client.tricache = _register(client)
+        keeper = self._closes_with_loop(loop, client)
+        with contextlib.suppress(StopIteration):  # run to its ``yield``: the loop now tracks it
+            keeper.__anext__().send(None)
+        with self._lock:
+            self._drop_closed_loops()
+            self._async[loop] = (client, keeper)
         return client
+
+    async def _closes_with_loop(
+        self, loop: asyncio.AbstractEventLoop, client: Any
+    ) -> AsyncGenerator[None, None]:
+        """Waits at ``yield`` while ``loop`` lives.  A loop finalizes the async generators
+        started in it when it shuts down (``loop.shutdown_asyncgens()``, which ``asyncio.run``
+        calls), and so closes ``client`` while it can still run its coroutines."""
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._async.get(loop, (None,))[0] is client:
+                    del self._async[loop]
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    def _drop_closed_loops(self) -> None:
+        """Forget the clients of loops closed without shutting down their async generators
+        (their sockets close when collected)."""
+        for loop in [loop for loop in self._async if loop.is_closed()]:
+            del self._async[loop]
+
+    async def aclose(self) -> None:
+        """Close the running loop's asyncio client (another one is made if the store is used
+        again in that loop)."""
+        held = self._async.get(asyncio.get_running_loop())
+        if held is not None:
+            await held[1].aclose()
 
     # entries -------------------------------------------------------------------------------
     def get(self, key: str) -> Record | None:
@@ -352,9 +400,59 @@ class RedisStore:
                     client.close()
 
     def close(self) -> None:
+        """Close the sync client and the event listener, and what can be closed of the asyncio
+        clients from here: those of running loops are closed in their loop (``aclose()`` in
+        the loop waits for it), those of idle loops by running it, those of closed loops are
+        dropped."""
         self._stopped.set()
         if self._sync_client is not None:
             self._sync_client.close()
+        with self._lock:
+            self._drop_closed_loops()
+            held = list(self._async.items())
+        for loop, (_, keeper) in held:
+            closing = _finish(keeper)
+            try:
+                if loop.is_running():
+                    asyncio.run_coroutine_threadsafe(closing, loop)
+                else:
+                    loop.run_until_complete(closing)
+            except RuntimeError:  # closed or started meanwhile, another loop running here
+                closing.close()
+
+
+class _TLSWithinBudget(redis.connection.SSLConnection):
+    """A TLS connection made within ``socket_connect_timeout`` in all: TCP connect, the SSL
+    context redis-py builds on each attempt (it loads the CA bundle: 15-50 ms) and the
+    handshake.  The asyncio client bounds the whole connect with one timeout already."""
+
+    def _connect(self) -> Any:
+        budget = self.socket_connect_timeout
+        deadline = None if budget is None else time.monotonic() + budget
+        sock = redis.connection.Connection._connect(self)  # TCP, within the budget
+        timed = _Deadline(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        timed.deadline = deadline
+        try:
+            tls = self._wrap_socket_with_ssl(timed)
+        except (OSError, redis.RedisError):
+            timed.close()
+            raise
+        tls.settimeout(self.socket_timeout)
+        return tls
+
+
+class _Deadline(socket.socket):
+    """A socket whose timeout is what is left of ``deadline`` when asked: ``ssl`` asks once,
+    when it wraps the socket (after the context is built), and the handshake has that time."""
+
+    deadline: float | None
+
+    def gettimeout(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.001)
+
+
+async def _finish(generator: AsyncGenerator[None, None]) -> None:
+    await generator.aclose()
 
 
 def _driver() -> dict[str, Any]:
