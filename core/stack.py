@@ -35,7 +35,7 @@ from .home import data_dir, private_dir, private_tree
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .question import locate
-from .request import CacheRequest, Turn
+from .request import CacheRequest, Turn, memo_bytes
 from .semantic import Reranker, SemanticHit, SemanticTier
 from .stores.base import L2Store
 from .versions import Stamp
@@ -575,6 +575,7 @@ class Cache:
             "breaker_open": self.exact.breaker.is_open,
             "vector_index": self._semantic.index.name if self._semantic else "none",
             "warm_up_s": self._warming.took_s,  # None while warming
+            "memo_bytes": memo_bytes(),  # normalized prompts kept for reuse, this process
         }
         return snapshot
 
@@ -617,6 +618,20 @@ class Cache:
             inherited(self._faq)
             self._faq = None
         self._warming.after_fork()
+
+    async def aclose(self) -> None:
+        """``close()`` from async code: the Redis asyncio client of the running loop is
+        closed in it first."""
+        store = self.exact.store
+        if store is not None:
+            await store.aclose()
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> Cache:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __enter__(self) -> Cache:
         return self

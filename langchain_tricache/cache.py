@@ -97,6 +97,13 @@ class TriCache(BaseCache):
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.core.clear)
 
+    def close(self) -> None:
+        """Close the core cache (its stores and threads)."""
+        self.core.close()
+
+    async def aclose(self) -> None:
+        await self.core.aclose()
+
     # conversions ---------------------------------------------------------------------------
     def _request(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
         if not isinstance(prompt, str) or not isinstance(llm_string, str):

@@ -38,6 +38,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ..forks import on_fork
 from .base import DamagedState, Record, VersionState, WrittenKeys
 
 __all__ = ["RedisStore"]
@@ -182,6 +183,14 @@ class RedisStore:
         self._async: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
         self._listener: threading.Thread | None = None
         self._stopped = threading.Event()
+        on_fork(self._after_fork)
+
+    def _after_fork(self) -> None:
+        """In a forked child: no listener thread and no event loop came along; redis-py opens
+        new connections by itself when it sees another pid."""
+        self._lock = threading.Lock()
+        self._listener, self._stopped = None, threading.Event()
+        self._async = {}
 
     @property
     def _sync(self) -> Any:

@@ -312,6 +312,9 @@ class SQLiteStore:
     def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None:
         return None
 
+    async def aclose(self) -> None:
+        return None  # nothing of the event loop's: its calls run in threads
+
     def close(self) -> None:
         self._stop.set()
         if self._sweeper is not threading.current_thread():
