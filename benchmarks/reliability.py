@@ -268,36 +268,54 @@ def _threaded_lookups(cache: Cache, questions: list[str], threads: int = 16) -> 
     return samples
 
 
+class _Stall:
+    """``async with _Stall() as s``: a 5 ms ticker runs on the loop meanwhile; ``s.longest``
+    is the longest it was kept waiting beyond its 5 ms (the loop's stall)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+
+    async def __aenter__(self) -> _Stall:
+        import asyncio
+
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        await self._task
+
+    async def _tick(self) -> None:
+        import asyncio
+
+        last = time.perf_counter()
+        while not self._stop.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            self.longest = max(self.longest, now - last - 0.005)
+            last = now
+
+
 def _async_lookups(cache: Cache, questions: list[str]) -> tuple[list[float], float]:
     """1,000 concurrent-ish ``alookup`` calls and the longest the loop went without running
     a 5 ms ticker (its stall)."""
     import asyncio
 
     async def main() -> tuple[list[float], float]:
-        stall, stop = 0.0, asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal stall
-            last = time.perf_counter()
-            while not stop.is_set():
-                await asyncio.sleep(0.005)
-                now = time.perf_counter()
-                stall = max(stall, now - last - 0.005)
-                last = now
+        stall = _Stall()
 
         async def one(q: str) -> float:
             started = time.perf_counter()
             await cache.alookup(cache.request(q))
             return time.perf_counter() - started
 
-        tick = asyncio.create_task(ticker())
-        samples: list[float] = []
-        for start in range(0, 1000, 50):
-            batch = [questions[(start + i) % len(questions)] for i in range(50)]
-            samples += await asyncio.gather(*(one(q) for q in batch))
-        stop.set()
-        await tick
-        return samples, stall
+        async with stall:
+            samples: list[float] = []
+            for start in range(0, 1000, 50):
+                batch = [questions[(start + i) % len(questions)] for i in range(50)]
+                samples += await asyncio.gather(*(one(q) for q in batch))
+        return samples, stall.longest
 
     return asyncio.run(main())
 
@@ -535,35 +553,24 @@ def cancellation_storm() -> dict[str, Any]:
     rng = random.Random(14)
 
     async def storm() -> tuple[list[float], float, float]:
-        stall, stop = 0.0, asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal stall
-            last = time.perf_counter()
-            while not stop.is_set():
-                await asyncio.sleep(0.005)
-                now = time.perf_counter()
-                stall = max(stall, now - last - 0.005)
-                last = now
+        stall = _Stall()
 
         async def call() -> float:
             started = time.perf_counter()
             await model.ainvoke("What is the capital of Peru?")
             return time.perf_counter() - started
 
-        tick = asyncio.create_task(ticker())
-        calls = [asyncio.create_task(call()) for _ in range(300)]
-        await asyncio.sleep(0.01)
-        for task in [calls[0], *rng.sample(calls, 150)]:
-            asyncio.get_running_loop().call_later(rng.uniform(0, 0.6), task.cancel)
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        cache.clear()  # the next call misses: does it wait for a lock left behind?
-        started = time.perf_counter()
-        await model.ainvoke("What is the capital of Peru?")
-        next_call = time.perf_counter() - started
-        stop.set()
-        await tick
-        return [r for r in results if isinstance(r, float)], stall, next_call
+        async with stall:
+            calls = [asyncio.create_task(call()) for _ in range(300)]
+            await asyncio.sleep(0.01)
+            for task in [calls[0], *rng.sample(calls, 150)]:
+                asyncio.get_running_loop().call_later(rng.uniform(0, 0.6), task.cancel)
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            cache.clear()  # the next call misses: does it wait for a lock left behind?
+            started = time.perf_counter()
+            await model.ainvoke("What is the capital of Peru?")
+            next_call = time.perf_counter() - started
+        return [r for r in results if isinstance(r, float)], stall.longest, next_call
 
     answered, stall, next_call = asyncio.run(storm())
     left = len(redis.Redis().keys(f"tricache:{namespace}:lock:*"))

@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,8 @@ QUESTIONS = [f"what does section {i} of the handbook say?" for i in range(30)]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
+def server(private_redis: RedisServer) -> RedisServer:
+    return private_redis
 
 
 def _cache(url: str, **kw: Any) -> Cache:
