@@ -387,8 +387,10 @@ def peer_wrote(entries: int, freeze: bool = False) -> dict[str, Any]:
     cache.clear()
     cache.close()
     client.close()
+    if freeze:
+        gc.unfreeze()
     return {
-        "scenario": f"a peer wrote {entries:,} entries",
+        "scenario": f"a peer wrote {entries:,} entries" + (", gc.freeze() first" if freeze else ""),
         "threads_16": _percentiles(threaded),
         "async_1000": _percentiles(asynchronous),
         "loop_stall_ms": round(stall * 1e3, 1),

@@ -91,7 +91,6 @@ class ExactTier:
         self._upkeep = Upkeep(self, refresh_s, "tricache-upkeep")
         self._wanted: set[str] = set()  # names a lookup could not judge: the next poll reads them
         self._poll_wanted = False
-        self._bloom_wanted = False
         self._wanted_lock = threading.Lock()
         self._warned_at = -_WARN_EVERY_S
         on_fork(self._after_fork)
@@ -284,7 +283,6 @@ class ExactTier:
         if bloom is None or bloom.might_contain(key):
             return False
         if bloom.sync_due():  # another process may have written it: catch up, off this path
-            self._bloom_wanted = True
             self._upkeep.wake()
         return True  # a key written elsewhere since the last catch-up costs one LLM call
 
@@ -486,7 +484,6 @@ class ExactTier:
                 return
         bloom = self.bloom
         if bloom is not None and bloom.ready and bloom.sync_due() and self.breaker.allow():
-            self._bloom_wanted = False
             try:
                 bloom.sync(self.store, self.namespace)
             except Exception as exc:
@@ -497,10 +494,6 @@ class ExactTier:
                 _warn_if_evicting(self.store.eviction_policy())
             except Exception as exc:
                 log.debug("tricache: eviction policy unknown (%s)", exc)
-
-    def refresh(self) -> bool:
-        """Poll the versions now; ``False`` when the store did not answer."""
-        return self._poll()
 
     def _poll(self, names: list[str] | None = None) -> bool:
         """Bring the versions up to date (plus ``names``); ``False`` when the store failed."""

@@ -385,7 +385,9 @@ class Cache:
         entry = found.entry
         self._count_savings("semantic", entry)
         entry_id = f"s:{found.ref}"
-        self._recent_hits[entry_id] = (found.question, request.query, found.score)
+        # for the feedback record: the questions compared (never a whole long prompt)
+        asked = request.query[:_MAX_FAQ_QUESTION_CHARS]
+        self._recent_hits[entry_id] = (found.question, asked, found.score)
         while len(self._recent_hits) > 1000:
             self._recent_hits.popitem(last=False)
         ref = str(self.exact.key(request))  # informative only: the hit's own exact key
@@ -474,8 +476,9 @@ class Cache:
 
     def _semantic_add(self, request: CacheRequest, entry: CacheEntry) -> None:
         tier = self._warming.semantic()
-        if tier is None:  # still warming: indexed once the tier is ready
-            self._warming.defer(request, entry)
+        if tier is None:
+            if self._semantic_options is not None:  # still opening: indexed once it is
+                self._warming.defer(request, entry)
             return
         if not self._semantic_breaker.allow():
             return
@@ -721,7 +724,7 @@ class _Warming:
         self._running = False
         self._pid = os.getpid()
         self._done = threading.Event()
-        self._deferred: deque[tuple[CacheRequest, CacheEntry]] = deque(maxlen=1000)
+        self._deferred: deque[tuple[CacheRequest, CacheEntry]] = deque(maxlen=200)
         self._faq_checked_at = 0.0
         self.took_s: float | None = None  # how long the last warm-up took
 

@@ -64,11 +64,14 @@ def test_redis_down_from_the_start_is_a_fast_miss_that_stores_nothing(tmp_path: 
     stats = cache.stats()["exact"]
     assert stats["unverified_skips"] == 2 and stats["unverified_writes"] == 1
     server.start()  # the store comes up: caching starts
-    cache.exact.breaker = CircuitBreaker()
-    assert cache.lookup(req) is None
-    assert cache.update(req, "hi") is True
-    assert cache.lookup(req).text == "hi"  # type: ignore[union-attr]
-    server.stop()
+    try:
+        cache.exact.breaker = CircuitBreaker()
+        assert cache.lookup(req) is None
+        assert cache.update(req, "hi") is True
+        assert cache.lookup(req).text == "hi"  # type: ignore[union-attr]
+    finally:
+        cache.close()
+        server.stop()
 
 
 def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(
