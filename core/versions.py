@@ -79,6 +79,8 @@ class VersionView:
                     self._retired.append(self.epoch)  # epochs only move forward
                 self.epoch, self.seq = state.epoch, 0
                 self.verified_clock = float("-inf")
+                if not self._local:  # only a whole poll of the new epoch verifies the view
+                    self._verified_at = float("-inf")
                 self._kb, self._floor = 0, 0.0
                 self._tags.clear()
             for name, value in state.values.items():
