@@ -24,6 +24,7 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
+from .forks import hold_across_fork
 from .home import installation_secret, private_sqlite
 
 __all__ = ["AuditLog"]
@@ -58,6 +59,8 @@ class AuditLog:
             db.executescript(_SCHEMA)
         self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue(max_queue)
         self.dropped = 0
+        self._busy = threading.Lock()  # held while the writer is inside SQLite
+        hold_across_fork(self, "_busy")
         self._writer = threading.Thread(target=self._write, name="tricache-audit", daemon=True)
         self._writer.start()
 
@@ -113,7 +116,7 @@ class AuditLog:
             while not self._queue.empty() and len(batch) < 500:
                 batch.append(self._queue.get_nowait())
             try:
-                with db:
+                with self._busy, db:
                     for entry in batch:
                         if entry is not None:
                             db.execute(*entry)

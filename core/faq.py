@@ -24,6 +24,7 @@ import numpy as np
 
 from .canonical import canonical
 from .embed import Embedder
+from .forks import hold_across_fork
 from .guards import DEFAULT_GUARDS, Guard, check
 from .home import private_sqlite
 from .request import normalize_query, text_bytes
@@ -106,6 +107,7 @@ class FaqStore:
         self.guards = tuple(guards)
         self.candidates = candidates
         self._lock = threading.Lock()
+        hold_across_fork(self, "_lock")
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")

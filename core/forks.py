@@ -15,11 +15,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["inherited", "on_fork"]
+__all__ = ["hold_across_fork", "inherited", "on_fork"]
 
 _hooks: list[weakref.WeakMethod[Callable[[], None]]] = []
 _hooks_lock = threading.Lock()
 _inherited: list[Any] = []  # what the parent opened: never used, closed or freed in a child
+_held: list[tuple[weakref.ref[Any], tuple[str, ...]]] = []  # (owner, names of its locks)
+_taken: list[Any] = []  # the locks taken for the fork under way
 
 
 def on_fork(hook: Callable[[], None]) -> None:
@@ -27,6 +29,29 @@ def on_fork(hook: Callable[[], None]) -> None:
     with _hooks_lock:
         _hooks[:] = [ref for ref in _hooks if ref() is not None]
         _hooks.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
+
+
+def hold_across_fork(owner: Any, *lock_names: str) -> None:
+    """Take ``owner``'s locks (by attribute name) before a fork and give them back after it,
+    in both processes: no thread is then inside what they guard (SQLite's own mutexes, held by
+    a thread that is not copied, would hang the child's first connection)."""
+    with _hooks_lock:
+        _held[:] = [(ref, names) for ref, names in _held if ref() is not None]
+        _held.append((weakref.ref(owner), lock_names))
+
+
+def _before() -> None:
+    for ref, names in list(_held):
+        owner = ref()
+        for name in names if owner is not None else ():
+            lock = getattr(owner, name)
+            if lock.acquire(timeout=5):  # best effort: a fork is never blocked for long
+                _taken.append(lock)
+
+
+def _after_in_parent() -> None:
+    while _taken:
+        _taken.pop().release()
 
 
 def inherited(*things: Any) -> None:
@@ -38,6 +63,7 @@ def inherited(*things: Any) -> None:
 def _in_child() -> None:
     global _hooks_lock
     _hooks_lock = threading.Lock()
+    _after_in_parent()  # the same locks, taken by the thread that forked: released here too
     for ref in list(_hooks):
         hook = ref()
         if hook is not None:
@@ -45,4 +71,4 @@ def _in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_in_child)
+    os.register_at_fork(before=_before, after_in_parent=_after_in_parent, after_in_child=_in_child)

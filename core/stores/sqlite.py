@@ -14,7 +14,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..forks import inherited, on_fork
+from ..forks import hold_across_fork, inherited, on_fork
 from ..home import private_sqlite
 from .base import Record, VersionState, WrittenKeys
 
@@ -86,6 +86,7 @@ class SQLiteStore:
         self._sweep_every = sweep_every
         self._start_sweeper()
         on_fork(self._after_fork)
+        hold_across_fork(self, "_lock", "_read_lock")
 
     def _start_sweeper(self) -> None:
         self._stop = threading.Event()
