@@ -789,7 +789,7 @@ _SIBLINGS: dict[tuple[str, str], weakref.WeakSet[ExactTier]] = {}
 def _location(store: L2Store | None) -> str:
     """What identifies a store across the caches of one process."""
     if store is None:
-        return f"none:{id(object())}"  # no store: nothing shared
+        return f"none:{next(_tier_ids)}"  # no store: nothing shared (a unique place)
     where = getattr(store, "url", None) or getattr(store, "path", None)
     return f"{store.name}:{where}" if where is not None else f"{store.name}:{id(store)}"
 
