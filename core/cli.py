@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 
 from .home import data_dir
 from .metrics import Metrics
-from .stack import Cache, vector_index_dir
+from .stack import Cache
 
 
 class CliError(Exception):
@@ -145,33 +145,8 @@ def _fail(what: str, where: object = None) -> NoReturn:
     raise CliError(what, where)
 
 
-@contextlib.contextmanager
-def _vector_index(path: Path | None) -> Any:
-    """The embedded vector index of the default embedder, opened without its model or the
-    guards' models (a SemanticTier loads both: seconds that evict and clear do not need);
-    ``None`` when there is none, or another process holds it (said on stderr)."""
-    from .embed import _BUILTIN, DEFAULT_EMBEDDER
-    from .stores.vectors import EdgeIndex, IndexLocked
-
-    where = vector_index_dir(path, DEFAULT_EMBEDDER)
-    if not where.exists():
-        yield None
-        return
-    dim: int = _BUILTIN[DEFAULT_EMBEDDER].dim  # type: ignore[attr-defined]
-    try:
-        index = EdgeIndex(where, dim)
-    except IndexLocked as exc:
-        typer.echo(f"tricache: note: semantic points left alone: index in use ({exc})", err=True)
-        yield None
-        return
-    try:
-        yield index
-    finally:
-        index.close()
-
-
 def _maintenance(redis_url: str | None, path: Path | None, namespace: str) -> Cache:
-    """The exact tier only, for evict and clear: the vector index is handled separately."""
+    """The exact tier and its store only (no embedder, index or FAQ), for evict and clear."""
     return _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False)
 
 
@@ -576,25 +551,18 @@ def bump_kb(
 
 @app.command()
 def evict(redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace = "default") -> None:
-    """Delete stale and corrupt entries from the shared store (active eviction)."""
-    import time
-
+    """Delete stale and corrupt entries from the shared store (active eviction); semantic
+    points expire with their entries in the store and in every process's replica."""
     with _maintenance(redis_url, path, namespace) as cache:
         counts = cache.evict()
-    with _vector_index(path) as index:
-        if index is not None:
-            index.delete_expired(time.time())
     console.print(json.dumps(counts))
 
 
 @app.command()
 def clear(redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace = "default") -> None:
-    """Delete every entry of the namespace."""
+    """Delete every entry of the namespace, and its semantic points in every process."""
     with _maintenance(redis_url, path, namespace) as cache:
         cache.clear()
-    with _vector_index(path) as index:
-        if index is not None:
-            index.delete_where({"namespace": namespace})
     console.print(f"namespace {namespace!r} cleared")
 
 

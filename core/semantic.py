@@ -192,7 +192,7 @@ class SemanticTier:
                 continue
             if entry is None:  # the response expired or went stale: the point goes too
                 decision.rejected[candidate.id] = "gone"
-                self.index.delete([candidate.id])
+                self.index.discard([candidate.id])
                 continue
             decision.hit, decision.score = candidate.id, round(candidate.score, 4)
             self.metrics.incr(TIER, "hits")
@@ -321,7 +321,7 @@ class SemanticTier:
 
     def forget(self, ref: str, namespace: str) -> None:
         """Remove the question indexed for the exact entry ``ref`` of ``namespace``."""
-        self.index.delete_where({"namespace": namespace, "ref": ref})
+        self.index.delete([point_id_for(ref)])
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})

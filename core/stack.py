@@ -7,6 +7,7 @@ update: the answer is written to the exact tier, and its question indexed by the
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
@@ -27,17 +28,17 @@ from .audit import AuditLog
 from .breaker import CircuitBreaker
 from .canonical import canonical
 from .entry import CacheEntry
-from .exact import ExactHit, ExactTier
+from .exact import ExactHit, ExactTier, StoreUnavailable
 from .faq import FaqEntry, FaqStore, question_key
 from .forks import inherited, on_fork
 from .guards import DEFAULT_GUARDS, Guard, is_cacheable
-from .home import data_dir, private_dir, private_tree
+from .home import data_dir
 from .metrics import Metrics
 from .policy import TtlPolicy
 from .question import locate
 from .request import CacheRequest, Turn, memo_bytes
 from .semantic import Reranker, SemanticHit, SemanticTier
-from .stores.base import L2Store
+from .stores.base import L2Store, PointLog
 from .versions import Stamp
 
 __all__ = ["Cache", "Hit"]
@@ -154,6 +155,9 @@ class Cache:
                 qdrant_url=qdrant_url,
                 qdrant_client=qdrant_client,
                 vector_path=vector_path or _vector_dir(path),
+                store=store if l2 else None,
+                namespace=namespace,
+                refresh_s=refresh_s,
                 threshold=threshold,
                 top_k=top_k,
                 guards=guards,
@@ -514,7 +518,10 @@ class Cache:
         if kind == "exact":
             self.exact.delete(target)
         if tier is not None:
-            tier.forget(target, self.namespace)
+            try:  # from the store, so from every process
+                tier.forget(target, self.namespace)
+            except Exception as exc:
+                raise StoreUnavailable(f"the rejected match is not forgotten: {exc}") from exc
 
     def _feedback_target(self, entry_id: str) -> tuple[str, Any]:
         """("exact" | "semantic", key) or ("faq", (id, question)) for a hit's ``entry_id``."""
@@ -564,9 +571,12 @@ class Cache:
         return counts
 
     def clear(self) -> None:
+        """Drop every entry of the namespace, and its semantic points, in every process."""
         self.exact.clear()
         if (tier := self.semantic) is not None:
             tier.clear(self.namespace)
+        elif isinstance(store := self.exact.store, PointLog):  # the tier is off here
+            store.clear_points(self.namespace)
 
     def stats(self) -> dict[str, Any]:
         """Counters and latency percentiles per tier, as a plain dict."""
@@ -577,6 +587,7 @@ class Cache:
             "l1_bytes": self.exact.l1.bytes,
             "breaker_open": self.exact.breaker.is_open,
             "vector_index": self._semantic.index.name if self._semantic else "none",
+            "vector_replica": _replica_stats(self._semantic),
             "warm_up_s": self._warming.took_s,  # None while warming
             "memo_bytes": memo_bytes(),  # normalized prompts kept for reuse, this process
         }
@@ -696,10 +707,19 @@ def _vector_dir(path: str | Path | None) -> Path | None:
     return Path(path).with_name(Path(path).stem + "-vectors") if path else None
 
 
-def vector_index_dir(path: str | Path | None, embedder_name: str) -> Path:
-    """Where the embedded vector index of ``embedder_name`` lives for a cache whose SQLite
-    file is ``path`` (``None``: the data directory)."""
-    return (_vector_dir(path) or data_dir() / "vectors") / embedder_name
+def _replica_stats(tier: SemanticTier | None) -> dict[str, Any] | None:
+    """Points, lag and disk use of this process's replica of the vector index (or ``None``)."""
+    stats = getattr(tier.index, "stats", None) if tier is not None else None
+    return stats() if callable(stats) else None
+
+
+def _replica_name(store: PointLog | None, namespace: str) -> str:
+    """The folder of one store's and namespace's replicas (one slot per process inside)."""
+    where = str(getattr(store, "url", None) or getattr(store, "path", None) or "this process")
+    where = re.sub(r"//[^/@]*@", "//", where)  # no credentials in the name
+    kind = type(store).__name__ if store is not None else ""
+    digest = hashlib.blake2b(f"{kind}\0{where}\0{namespace}".encode(), digest_size=8)
+    return f"r-{digest.hexdigest()}"
 
 
 def _beside(path: str | Path | None, what: str) -> Path | None:
@@ -808,7 +828,8 @@ class _Unavailable(Exception):
 def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:
     """The semantic tier, or ``None`` with one log line saying why it is off."""
     from .embed import get_embedder
-    from .stores.vectors import EdgeIndex, IndexLocked, QdrantServerIndex
+    from .stores.replica import ReplicatedIndex
+    from .stores.vectors import QdrantServerIndex
 
     try:
         embedder = get_embedder(options["embedder"])
@@ -820,19 +841,18 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
                 collection=collection,
                 dim=embedder.dim,
             )
-        else:
-            base = private_dir(Path(options["vector_path"] or data_dir() / "vectors"))
-            index = EdgeIndex(private_tree(base / embedder.name), embedder.dim)
+        else:  # the store holds the points; this process searches its replica of them
+            store = options["store"] if isinstance(options["store"], PointLog) else None
+            base = Path(options["vector_path"] or data_dir() / "vectors") / embedder.name
+            index = ReplicatedIndex(
+                store,
+                options["namespace"],
+                embedder.dim,
+                base / _replica_name(store, options["namespace"]),
+                sync_s=options["refresh_s"],
+            )
         audit_dir = Path(options["vector_path"] or data_dir())
         audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None
-    except IndexLocked as exc:
-        log.warning(
-            "tricache: semantic tier off in this process: the embedded vector index is open "
-            "in another process (%s). Apps with several processes should share a Qdrant "
-            "server: Cache(qdrant_url=...).",
-            exc,
-        )
-        return None
     except ImportError as exc:
         missing = (exc.name or "").partition(".")[0]
         if missing == "qdrant_client":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import hashlib
 import random
 import threading
@@ -187,3 +188,100 @@ def use_inherited_cache(cache: Cache, n: int, results: Queue) -> None:
     except Exception as exc:  # reported, not raised: the parent asserts on the report
         errors.append(repr(exc))
     results.put({"child": n, "errors": errors, "exact_hits": exact_hits})
+
+
+# The semantic tier in every worker (tests/test_workers.py) -------------------------------------
+TOPICS = [
+    "reset my password",
+    "change my email address",
+    "delete my account",
+    "export my data to CSV",
+    "cancel my subscription",
+    "enable two-factor authentication",
+    "invite a teammate to my workspace",
+    "download an invoice",
+    "change the language of the app",
+    "turn off email notifications",
+    "connect my Google calendar",
+    "upload a profile picture",
+]
+
+
+def topic_answer(topic: str) -> str:
+    """What the stand-in model answers to "How do I <topic>?" (and to its paraphrase)."""
+    return "answer " + hashlib.blake2b(topic.encode(), digest_size=6).hexdigest()
+
+
+def share_semantically(
+    options: dict[str, Any], worker: int, workers: int, barrier: Any, results: Queue
+) -> None:
+    """Write this worker's questions, find every other worker's by a paraphrase (reporting the
+    lag), check tenant isolation, then check that an invalidation by worker 0 reaches here."""
+    faulthandler.dump_traceback_later(90)  # a worker stuck this long says where
+    with Cache(warm=True, **options) as cache:
+        results.put(_share(cache, worker, workers, barrier))
+    faulthandler.cancel_dump_traceback_later()
+
+
+def share_with_inherited_cache(cache: Cache, worker: int, workers: int, barrier: Any,
+                               results: Queue) -> None:  # fmt: skip
+    """The same, in a child forked from a parent that used ``cache``."""
+    assert cache.semantic is not None  # reopened in the child (this waits for it)
+    results.put(_share(cache, worker, workers, barrier))
+
+
+def _share(cache: Cache, worker: int, workers: int, barrier: Any) -> dict[str, Any]:
+    mine = TOPICS[worker::workers]
+    for topic in mine:
+        request = cache.request(f"How do I {topic}?", tenant="acme", tags=[f"w{worker}"])
+        assert cache.update(request, topic_answer(topic))
+    barrier.wait(120)
+    began = time.monotonic()
+    others = [t for t in TOPICS if t not in mine]
+    lags: dict[str, float] = {}
+    wrong, foreign, not_semantic = [], [], []
+    while len(lags) < len(others) and time.monotonic() - began < 15:
+        for topic in others:
+            if topic in lags:
+                continue
+            hit = cache.lookup(cache.request(f"How can I {topic}?", tenant="acme"))
+            if hit is not None:
+                lags[topic] = time.monotonic() - began
+                if hit.text != topic_answer(topic):
+                    wrong.append((topic, hit.text))
+                if hit.tier != "semantic":
+                    not_semantic.append(topic)
+            if cache.lookup(cache.request(f"How can I {topic}?", tenant="globex")) is not None:
+                foreign.append(topic)
+        time.sleep(0.02)
+    barrier.wait(120)
+    if worker == 0:
+        cache.invalidate("w1")
+    barrier.wait(120)
+    time.sleep(1.0)  # other processes stop within refresh_s (0.5 s)
+    stale = [
+        topic
+        for topic in TOPICS[1::workers]
+        for question in (f"How do I {topic}?", f"How can I {topic}?")
+        if cache.lookup(cache.request(question, tenant="acme")) is not None
+    ]
+    return {
+        "worker": worker,
+        "found": sorted(lags),
+        "missing": sorted(set(others) - set(lags)),
+        "max_lag_s": max(lags.values(), default=None),
+        "wrong": wrong,
+        "foreign": foreign,
+        "not_semantic": not_semantic,
+        "stale": stale,
+    }
+
+
+def write_until_killed(options: dict[str, Any], ready: Queue) -> None:
+    """Index questions as fast as it can until the parent kills it (SIGKILL, mid-write)."""
+    cache = Cache(warm=True, **options)
+    ready.put("ready")
+    n = 0
+    while True:
+        cache.update(cache.request(f"Where is office number {n} located?"), f"floor {n}")
+        n += 1

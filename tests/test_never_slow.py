@@ -102,13 +102,17 @@ def test_children_forked_after_use_never_corrupt_the_parent(tmp_path: Path, back
         assert child.exitcode == 0
     assert all(r["errors"] == [] for r in reports), reports
     assert all(r["exact_hits"] == 20 for r in reports)  # the parent's answers, read anew
-    # the parent goes on, and its index is intact (no point lost, none written by a child)
-    assert parent.semantic.index.count() == points  # type: ignore[union-attr]
+    # the parent goes on, its index intact (the children's own points, if they wrote any before
+    # exiting, reach it through the store)
+    index = parent.semantic.index  # type: ignore[union-attr]
+    assert index.count() >= points
     hit = parent.lookup(parent.request("How can I configure feature 3?"))
     assert hit is not None and hit.tier == "semantic"
     # what the children wrote reached the shared store (the parent's Bloom filter learns it
     # in the background)
     _wait(lambda: parent.lookup(parent.request("written by child 1")) is not None)
+    index.sync()
+    points = index.count()
     parent.close()
     with Cache(**options) as again:  # reopened from disk: every point is there, readable
         assert again.semantic.index.count() == points  # type: ignore[union-attr]

@@ -11,6 +11,10 @@ the new ``seq``, so a reader asks for "what changed after the ``seq`` I have see
 the changes, not for the number of tags.  When the state is missing or damaged (evicted, the
 server restarted empty, deleted by hand) the store starts a new epoch: every entry written
 under the old one is stale, in every process.
+
+A store that can also be the semantic tier's source of truth offers a ``PointLog``: the vector
+points of a namespace (opaque bytes) and a log of the ids that changed, which every process's
+in-process replica of the vector index follows.
 """
 
 from __future__ import annotations
@@ -18,7 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["DamagedState", "L2Store", "Record", "VersionState", "WrittenKeys"]
+__all__ = [
+    "DamagedState",
+    "L2Store",
+    "PointChanges",
+    "PointLog",
+    "Record",
+    "VersionState",
+    "WrittenKeys",
+]
 
 
 class Record(NamedTuple):
@@ -48,6 +60,34 @@ class WrittenKeys(NamedTuple):
     keys: list[str]
     cursor: str
     complete: bool  # False when the log lost entries since the cursor: rebuild from a full scan
+
+
+class PointChanges(NamedTuple):
+    points: list[tuple[str, bytes | None]]  # (id, its current value, or None: gone)
+    cursor: str
+    complete: bool  # False when the log cannot vouch for every change since the cursor
+
+
+@runtime_checkable
+class PointLog(Protocol):
+    """The vector points of each namespace, and a log of which ids changed.
+
+    A cursor belongs to one log: when the log was cleared, trimmed past it, lost or replaced
+    (the store restarted empty), ``points_since`` says ``complete=False`` and the reader rebuilds
+    from ``point_head`` + ``scan_points``.  Every change is logged, deletions included, so a
+    reader that follows the log never keeps a point another process deleted."""
+
+    def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None: ...
+    def delete_points(self, namespace: str, point_ids: Sequence[str]) -> None: ...
+    def clear_points(self, namespace: str) -> None: ...
+    def point_head(self, namespace: str) -> str:
+        """A cursor at the log's end now (read it before ``scan_points``)."""
+        ...
+
+    def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]: ...
+    def points_since(self, namespace: str, cursor: str) -> PointChanges:
+        """The next changes after ``cursor`` (a bounded batch: ask again until none)."""
+        ...
 
 
 @runtime_checkable

@@ -8,6 +8,9 @@ Layout of a namespace ``ns``:
 - ``tricache:{ns}:changes`` — a sorted set: each changed name scored by the ``seq`` of its last
   change, plus a member naming the epoch (so a lost set is noticed, not read as "no change");
 - ``tricache:ns:wlog`` — a capped stream of written keys, read by other processes' Bloom filters;
+- ``tricache:{ns}:p:<id>`` — the semantic tier's vector points (with the entries' TTL), and
+  ``tricache:{ns}:plog`` — a capped stream of the point ids that changed (one slot: a script
+  changes a point and logs it at once);
 - channel ``tricache:ns:events`` — invalidation messages.
 
 The two version keys share a hash tag (one cluster slot) and change only inside Lua scripts, so
@@ -39,7 +42,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..forks import on_fork
-from .base import DamagedState, Record, VersionState, WrittenKeys
+from .base import DamagedState, PointChanges, Record, VersionState, WrittenKeys
 
 __all__ = ["RedisStore"]
 
@@ -148,7 +151,23 @@ if ARGV[2] == '' or epoch == ARGV[2] or not epoch then return fresh(ARGV[1]) end
 return current(ARGV[1])
 """
 )
-_SCRIPTS = {"set": _SET_STAMPED, "poll": _POLL, "change": _CHANGE, "new_epoch": _NEW_EPOCH}
+# Points: KEYS log, point keys...; ARGV log length, (value, ttl ms) per key — a value of ''
+# deletes.  Each change is logged in the same script: a reader of the log misses none.
+_CHANGE_POINTS = """
+for i = 2, #KEYS do
+  local value, ttl = ARGV[2 * i - 2], ARGV[2 * i - 1]
+  if value == '' then redis.call('DEL', KEYS[i]) else
+    redis.call('SET', KEYS[i], value, 'PX', ttl) end
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'i', string.sub(KEYS[i], -36))
+end
+"""
+_SCRIPTS = {
+    "set": _SET_STAMPED,
+    "poll": _POLL,
+    "change": _CHANGE,
+    "new_epoch": _NEW_EPOCH,
+    "points": _CHANGE_POINTS,
+}
 _CHANGES_PER_POLL = 5000
 _MAX_CONNECTIONS = 100  # per client (one sync, one per event loop)
 
@@ -166,6 +185,7 @@ class RedisStore:
         timeout: float = 0.05,
         cluster: bool = False,
         write_log_length: int = 200_000,
+        point_log_length: int = 100_000,
     ) -> None:
         self.url = url
         self.cluster = cluster
@@ -177,6 +197,7 @@ class RedisStore:
             **_DRIVER,
         )
         self._log_length = write_log_length
+        self._point_log_length = point_log_length
         self._sync_client: Any = None
         self._lock = threading.Lock()
         # loop -> (client, the async generator that closes it when the loop shuts down)
@@ -350,8 +371,7 @@ class RedisStore:
             raise entries
         if isinstance(info, Exception):  # no stream yet: nothing was written
             return WrittenKeys([], cursor, True)
-        trimmed = _stream_id(info.get("max-deleted-entry-id", b"0-0"))
-        complete = not cursor or trimmed <= _stream_id(cursor)
+        complete = not cursor or _continues(info, cursor)
         keys = [fields[b"k"].decode() for _, fields in entries]
         new_cursor = entries[-1][0].decode() if entries else cursor
         return WrittenKeys(keys, new_cursor, complete)
@@ -361,6 +381,65 @@ class RedisStore:
         for raw in self._sync.scan_iter(match=f"tricache:{namespace}:*", count=1000):
             count += self._sync.delete(raw)
         return count
+
+    # vector points (PointLog) -----------------------------------------------------------------
+    def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None:
+        self._change_points(namespace, [(point_id, data, max(1, int(ttl * 1000)))])
+
+    def delete_points(self, namespace: str, point_ids: Sequence[str]) -> None:
+        self._change_points(namespace, [(point_id, b"", 0) for point_id in point_ids])
+
+    def _change_points(self, namespace: str, changes: Sequence[tuple[str, bytes, int]]) -> None:
+        for point_id, _, _ in changes:
+            if len(point_id) != _POINT_ID_CHARS:
+                raise ValueError(f"not a point id: {point_id!r}")
+        if changes:
+            keys = [_point_log(namespace), *(_point_key(namespace, c[0]) for c in changes)]
+            args = [self._point_log_length, *(x for c in changes for x in c[1:])]
+            self._sync.tricache["points"](keys=keys, args=args)
+
+    def clear_points(self, namespace: str) -> None:
+        """Points first, then the log: a reader that loses the log rebuilds from what is left."""
+        for batch in _batches(self._point_keys(namespace), 500):
+            self._sync.unlink(*batch)
+        self._sync.unlink(_point_log(namespace))
+
+    def point_head(self, namespace: str) -> str:
+        try:
+            info = self._sync.xinfo_stream(_point_log(namespace))
+        except redis.ResponseError:  # no log yet
+            return "0-0"
+        return _text(info["last-generated-id"])
+
+    def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]:
+        for batch in _batches(self._point_keys(namespace), 500):
+            for key, value in zip(batch, self._sync.mget(batch), strict=True):
+                if value is not None:  # expired between SCAN and MGET
+                    yield key[-_POINT_ID_CHARS:], value
+
+    def points_since(self, namespace: str, cursor: str) -> PointChanges:
+        if not cursor:  # never read: only a rebuild knows where to start
+            return PointChanges([], cursor, False)
+        stream = _point_log(namespace)
+        pipe = self._sync.pipeline(transaction=False)
+        pipe.xinfo_stream(stream)
+        pipe.xrange(stream, min=f"({cursor}", max="+", count=_POINTS_PER_READ)
+        info, entries = pipe.execute(raise_on_error=False)
+        if isinstance(info, Exception) or isinstance(entries, Exception):
+            if isinstance(info, redis.ResponseError):  # no log: complete if there never was one
+                return PointChanges([], cursor, cursor == "0-0")
+            raise entries if isinstance(entries, Exception) else info
+        if not _continues(info, cursor):
+            return PointChanges([], cursor, False)
+        ids = list(dict.fromkeys(_text(fields[b"i"]) for _, fields in entries))
+        values = self._sync.mget([_point_key(namespace, i) for i in ids]) if ids else []
+        new_cursor = _text(entries[-1][0]) if entries else cursor
+        return PointChanges(list(zip(ids, values, strict=True)), new_cursor, True)
+
+    def _point_keys(self, namespace: str) -> Iterator[str]:
+        pattern = _glob_escape(f"tricache:{{{namespace}}}:p:") + "*"
+        for raw in self._sync.scan_iter(match=pattern, count=1000):
+            yield _text(raw)
 
     # locks (request coalescing across processes) -------------------------------------------
     def try_lock(self, name: str, ttl: float) -> bool:
@@ -522,6 +601,52 @@ def _record(value: bytes | None) -> Record | None:
 
 def _wlog(key: str) -> str:
     return key[: key.index(":x:")] + ":wlog"
+
+
+_POINT_ID_CHARS = 36  # a UUID's text
+_POINTS_PER_READ = 2000
+
+
+def _point_key(namespace: str, point_id: str) -> str:
+    return f"tricache:{{{namespace}}}:p:{point_id}"
+
+
+def _point_log(namespace: str) -> str:
+    return f"tricache:{{{namespace}}}:plog"
+
+
+def _continues(info: dict[Any, Any], cursor: str) -> bool:
+    """Whether the stream described by ``info`` still holds every entry after ``cursor``.
+
+    It does while it holds an entry at or before the cursor (trimming drops the oldest first).
+    Otherwise only when the cursor was read before the stream began ("0-0") and nothing was
+    ever trimmed from it: a stream deleted and made again (evicted, the server restarted
+    empty) starts after the cursor too.  (Redis does not count trimmed entries in
+    ``max-deleted-entry-id``, only XDEL'd ones: ``entries-added`` tells.)"""
+    at = _stream_id(cursor or "0-0")
+    first = info.get("first-entry")
+    if first and _stream_id(first[0]) <= at:
+        return True
+    return at == (0, 0) and int(info.get("entries-added", -1)) == int(info.get("length", 0))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _stream_id(raw: bytes | str) -> tuple[int, int]:

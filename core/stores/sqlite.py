@@ -16,7 +16,7 @@ from typing import Any
 
 from ..forks import hold_across_fork, inherited, on_fork
 from ..home import private_sqlite
-from .base import Record, VersionState, WrittenKeys
+from .base import PointChanges, Record, VersionState, WrittenKeys
 
 __all__ = ["SQLiteStore"]
 
@@ -40,6 +40,19 @@ CREATE TABLE IF NOT EXISTS versions (  -- one row per changed name: its value an
 );
 CREATE INDEX IF NOT EXISTS versions_by_seq ON versions(namespace, seq);
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS points (  -- the semantic tier's vector points, and their change log
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- grows on every change: the log's cursor
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    data BLOB,  -- NULL: deleted (kept until expires_at, so readers learn of it)
+    expires_at REAL NOT NULL,
+    UNIQUE (namespace, id)
+);
+CREATE INDEX IF NOT EXISTS points_by_seq ON points(namespace, seq);
+CREATE INDEX IF NOT EXISTS points_expiry ON points(expires_at);
+CREATE TABLE IF NOT EXISTS point_logs (  -- a new log id on clear; changes below floor are gone
+    namespace TEXT PRIMARY KEY, log TEXT NOT NULL, floor INTEGER NOT NULL
+);
 """
 
 
@@ -55,6 +68,9 @@ class SQLiteStore:
 
     Without pub/sub, other processes learn of invalidations by polling the version tables
     (the exact tier does this every ``refresh_s``).
+
+    It is also a ``PointLog``: the ``points`` table holds the semantic tier's vectors, its
+    ``seq`` column is the log (a deletion leaves a row without data for ``TOMBSTONE_S``).
     """
 
     name = "sqlite"
@@ -157,6 +173,7 @@ class SQLiteStore:
                 (now, self.sweep_batch),
             )
             db.execute("DELETE FROM locks WHERE expires_at <= ?", (now,))
+            _sweep_points(db, now, self.sweep_batch)
         return cur.rowcount
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -286,6 +303,76 @@ class SQLiteStore:
             )
         return cur.rowcount
 
+    # vector points (PointLog) -----------------------------------------------------------------
+    def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None:
+        self._change_points(namespace, [(point_id, data, self._clock() + ttl)])
+
+    def delete_points(self, namespace: str, point_ids: Sequence[str]) -> None:
+        until = self._clock() + TOMBSTONE_S
+        self._change_points(namespace, [(point_id, None, until) for point_id in point_ids])
+
+    def _change_points(
+        self, namespace: str, rows: Sequence[tuple[str, bytes | None, float]]
+    ) -> None:
+        if not rows:
+            return
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            db.execute(
+                "INSERT OR IGNORE INTO point_logs (namespace, log, floor) VALUES (?, ?, 0)",
+                (namespace, secrets.token_hex(8)),
+            )
+            db.executemany(  # REPLACE gives the row a new seq: the change is logged
+                "INSERT OR REPLACE INTO points (namespace, id, data, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                [(namespace, *row) for row in rows],
+            )
+
+    def clear_points(self, namespace: str) -> None:
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            db.execute("DELETE FROM points WHERE namespace = ?", (namespace,))
+            db.execute(
+                "INSERT OR REPLACE INTO point_logs (namespace, log, floor) VALUES (?, ?, 0)",
+                (namespace, secrets.token_hex(8)),
+            )
+
+    def point_head(self, namespace: str) -> str:
+        with self._writing() as db:  # the log exists from here on: its id will not change
+            db.execute(
+                "INSERT OR IGNORE INTO point_logs (namespace, log, floor) VALUES (?, ?, 0)",
+                (namespace, secrets.token_hex(8)),
+            )
+        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+            log_id, floor = _point_log(self._reader, namespace)
+            (last,) = self._reader.execute(
+                "SELECT max(seq) FROM points WHERE namespace = ?", (namespace,)
+            ).fetchone()
+        return f"{log_id}:{max(floor, last or 0)}"
+
+    def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]:
+        with closing(self._connect()) as db:
+            rows = db.execute(
+                "SELECT id, data FROM points WHERE namespace = ? AND data IS NOT NULL"
+                " AND expires_at > ?",
+                (namespace, self._clock()),
+            ).fetchall()
+        return ((point_id, bytes(data)) for point_id, data in rows)
+
+    def points_since(self, namespace: str, cursor: str) -> PointChanges:
+        cursor_log, _, after = cursor.partition(":")
+        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+            log_id, floor = _point_log(self._reader, namespace)
+            if cursor_log != log_id or not after.isdigit() or int(after) < floor:
+                return PointChanges([], cursor, False)
+            rows = self._reader.execute(
+                "SELECT seq, id, data FROM points WHERE namespace = ? AND seq > ?"
+                f" ORDER BY seq LIMIT {_LOG_BATCH}",
+                (namespace, int(after)),
+            ).fetchall()
+        if not rows:
+            return PointChanges([], cursor, True)
+        changed = [(point_id, None if data is None else bytes(data)) for _, point_id, data in rows]
+        return PointChanges(changed, f"{log_id}:{rows[-1][0]}", True)
+
     # locks (request coalescing across processes) -------------------------------------------
     def try_lock(self, name: str, ttl: float) -> bool:
         now = self._clock()
@@ -347,6 +434,28 @@ def _sweep_forever(
 
 
 _SWEEP_PAUSE_S = 0.005
+TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader away longer rebuilds)
+
+
+def _point_log(db: sqlite3.Connection, namespace: str) -> tuple[str, int]:
+    row = db.execute(
+        "SELECT log, floor FROM point_logs WHERE namespace = ?", (namespace,)
+    ).fetchone()
+    return (str(row[0]), int(row[1])) if row else ("none", 0)
+
+
+def _sweep_points(db: sqlite3.Connection, now: float, batch: int) -> None:
+    """Delete expired points and tombstones; a log whose tombstones go raises its floor, so a
+    reader that had not seen them rebuilds rather than keep a deleted point."""
+    db.execute(
+        "UPDATE point_logs SET floor = max(floor, (SELECT coalesce(max(seq), 0) FROM points"
+        " WHERE points.namespace = point_logs.namespace AND data IS NULL AND expires_at <= ?))",
+        (now,),
+    )
+    db.execute(
+        "DELETE FROM points WHERE seq IN (SELECT seq FROM points WHERE expires_at <= ? LIMIT ?)",
+        (now, batch),
+    )
 
 
 def _epoch_row(db: sqlite3.Connection, namespace: str) -> tuple[str, int] | None:

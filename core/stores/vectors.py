@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..forks import inherited
+from ..forks import hold_across_fork, inherited
 from ..home import private_tree
 
 __all__ = [
@@ -67,6 +67,10 @@ class VectorIndex(Protocol):
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
     ) -> list[Candidate]: ...
     def delete(self, point_ids: Sequence[str]) -> None: ...
+    def discard(self, point_ids: Sequence[str]) -> None:
+        """``delete`` for the request path: never waits on a store (it may finish later)."""
+        ...
+
     def delete_where(self, must: Mapping[str, str]) -> None: ...
     def delete_expired(self, now: float) -> None: ...
     def count(self) -> int: ...
@@ -90,6 +94,7 @@ class _SharedShard:
             KeywordIndexParams,
             PayloadSchemaType,
             UpdateOperation,
+            VectorStorageDatatype,
         )
 
         path = path.resolve()
@@ -98,7 +103,11 @@ class _SharedShard:
                 shard, users = cls._open[path]
                 cls._open[path] = (shard, users + 1)
                 return shard
-            config = EdgeConfig(vectors=EdgeVectorParams(size=dim, distance=Distance.Cosine))
+            # float16: half the memory, and the very values the shared store keeps
+            vectors = EdgeVectorParams(
+                size=dim, distance=Distance.Cosine, datatype=VectorStorageDatatype.Float16
+            )
+            config = EdgeConfig(vectors=vectors)
             try:
                 if not (path / "edge_config.json").exists() and not (path / "wal").exists():
                     # made aside and moved into place in one rename: a process that dies while
@@ -184,18 +193,22 @@ class EdgeIndex:
         self._check_room()
         self._shard = _SharedShard.acquire(self.path, dim)
         self._write_lock = threading.Lock()
+        hold_across_fork(self, "_write_lock")  # a child is never copied mid-write
         self._optimize_every = optimize_every
         self._since_optimize = 0
         self._optimizing = threading.Event()
 
     def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
+        self.upsert_many([(point_id, vector, payload)])
+
+    def upsert_many(self, points: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]]) -> None:
         from qdrant_edge import Point, UpdateOperation
 
-        point = Point(point_id, vector.astype(np.float32).tolist(), dict(payload))
+        batch = [Point(i, v.astype(np.float32).tolist(), dict(p)) for i, v, p in points]
         self._check_room()
         with self._write_lock:
-            self._shard.update(UpdateOperation.upsert_points([point]))
-            self._since_optimize += 1
+            self._shard.update(UpdateOperation.upsert_points(batch))
+            self._since_optimize += len(batch)
             due = self._since_optimize >= self._optimize_every
         if due and not self._optimizing.is_set():
             self._start_optimize()
@@ -239,6 +252,8 @@ class EdgeIndex:
             with self._write_lock:
                 self._shard.update(UpdateOperation.delete_points(list(point_ids)))
 
+    discard = delete  # in-process: nothing to wait on
+
     def delete_where(self, must: Mapping[str, str]) -> None:
         from qdrant_edge import UpdateOperation
 
@@ -256,6 +271,11 @@ class EdgeIndex:
         from qdrant_edge import CountRequest
 
         return int(self._shard.count(CountRequest(exact=True)))
+
+    def flush(self) -> None:
+        """Write what the engine holds in memory to its files."""
+        with self._write_lock:
+            self._shard.flush()
 
     def optimize(self) -> None:
         """Build the HNSW index now (blocking); searches keep being answered meanwhile."""
@@ -352,6 +372,8 @@ class QdrantServerIndex:
     def delete(self, point_ids: Sequence[str]) -> None:
         if point_ids:
             self.client.delete(self.collection, list(point_ids))
+
+    discard = delete  # the server is the index: one call, bounded by the client's timeout
 
     def delete_where(self, must: Mapping[str, str]) -> None:
         self.client.delete(self.collection, self._models.FilterSelector(filter=self._filter(must)))
