@@ -487,7 +487,10 @@ def fork_after_use(workdir: Path) -> dict[str, Any]:
     reports = [results.get(timeout=300) for _ in children]
     for child in children:
         child.join(60)
-    after = parent.semantic.index.count()  # type: ignore[union-attr]
+    index = parent.semantic.index  # type: ignore[union-attr]
+    index.sync()  # what the children indexed before exiting reaches the parent's replica
+    after = index.count()
+    stored = sum(1 for _ in parent.exact.store.scan_points(parent.namespace))  # type: ignore[union-attr]
     parent.close()
     with Cache(path=workdir / "fork.sqlite3", warm=True) as again:
         reopened = again.semantic.index.count()  # type: ignore[union-attr]
@@ -498,6 +501,7 @@ def fork_after_use(workdir: Path) -> dict[str, Any]:
         "points_before": points,
         "points_after": after,
         "points_reopened": reopened,
+        "points_stored": stored,
     }
 
 
@@ -869,7 +873,8 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         "",
         f"Fork after use: {fork['scenario']}: {fork['child_errors']} errors in children,"
         f" {fork['crashed_children']} crashed; vector points {fork['points_before']} before,"
-        f" {fork['points_after']} after, {fork['points_reopened']} when reopened.",
+        f" {fork['points_after']} after (the children's included), {fork['points_stored']} in"
+        f" the store, {fork['points_reopened']} when reopened.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

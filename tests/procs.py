@@ -72,11 +72,13 @@ def serve_until_told(
 
 
 def open_cache_and_report(path: str, results: Queue) -> None:
-    """Open a cache on a path whose vector index another process holds."""
+    """Open a cache on a path another process uses; ask its question and a paraphrase."""
     with Cache(path=path) as cache:
         report = {"semantic": cache.semantic is not None}
         hit = cache.lookup(cache.request("How do I reset my password?"))
         report["exact_hit"] = hit is not None and hit.tier == "exact"
+        hit = cache.lookup(cache.request("How can I reset my password?"))
+        report["semantic_hit"] = hit is not None and hit.tier == "semantic" and hit.text == "A"
         results.put(report)
 
 

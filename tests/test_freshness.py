@@ -92,7 +92,7 @@ def test_eviction_of_the_version_state_serves_no_invalidated_answer(
         for key, value in raw.items():
             client.set(key, value, px=3_600_000, nx=True)
         client.close()
-        fresh = _cache(server.url, bloom=False)  # reads every survivor from Redis
+        fresh = _cache(server.url, bloom=False, timeout=1.0)  # reads every survivor from Redis
         assert _old(_served(fresh)) == []
         assert _old(_served(writer)) == []  # its L1 too
         # counting from 0 again is harmless: the old entries belong to another epoch

@@ -205,7 +205,8 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert load["lost_writes"] <= load["dropped_writes"]  # none lost silently
     fork = report["fork"]
     assert fork["child_errors"] == fork["crashed_children"] == 0
-    assert fork["points_before"] == fork["points_after"] == fork["points_reopened"] > 0
+    assert 0 < fork["points_before"] <= fork["points_after"]
+    assert fork["points_after"] == fork["points_stored"] == fork["points_reopened"]
     storm = report["never_slow"][-1]
     assert storm["locks_left"] == 0 and storm["model_calls"] <= 20
     assert len(report["never_slow"]) == 8 and report["first_lookup"]["warm_up_s"] > 0

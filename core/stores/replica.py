@@ -29,7 +29,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 import numpy as np
@@ -133,6 +133,11 @@ class ReplicatedIndex:
             )
             self._thread.start()
         on_fork(self._after_fork)
+
+    @property
+    def path(self) -> Path:
+        """The directory of the replica in use (inside this process's slot)."""
+        return self._local.path
 
     # the VectorIndex interface -------------------------------------------------------------
     def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
@@ -345,22 +350,22 @@ class _Slot:
     """A directory held by one replica at a time (an exclusive ``flock`` on its lock file,
     released by the kernel when the process ends, however it ends)."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, lock: BinaryIO) -> None:
         self.path = path
-        self._fd: int | None = fd
+        self._lock = lock  # closed (the lock with it) on release, or when collected
 
     @classmethod
     def acquire(cls, base: Path) -> _Slot:
         private_dir(base)
         for n in range(10_000):
             path = private_dir(base / f"slot-{n}")
-            fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+            lock = open(private_file(path / "lock"), "rb")  # noqa: SIM115  (held while in use)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                os.close(fd)
+                lock.close()
                 continue
-            return cls(path, fd)
+            return cls(path, lock)
         raise RuntimeError(f"no free replica slot under {base}")
 
     def _state(self) -> dict[str, Any]:
@@ -393,9 +398,7 @@ class _Slot:
         os.replace(scratch, self.path / "state")  # whole or not at all, even on a crash
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # the lock goes with the last descriptor
-            self._fd = None
+        self._lock.close()  # the lock goes with the last descriptor of this open file
 
     def forget(self) -> None:
         """In a forked child: close the child's copy of the descriptor (the parent keeps the

@@ -1,0 +1,100 @@
+"""The tiers' options: one small value object per tier, so ``Cache`` stays readable.
+
+The common case needs none of them::
+
+    Cache()                                   # embedded: SQLite + a local vector replica
+    Cache(redis_url="redis://cache:6379/0")   # shared by every process that uses this Redis
+    Cache(exact=Exact(ttl=TtlPolicy(default=600)), semantic=Semantic(threshold=0.95))
+    Cache(semantic=False, faq=False)          # the exact tier only
+
+Where the stores are (``redis_url``, ``path``, ``qdrant_url``), who asks (``namespace``,
+``tenant``) and what is cacheable stay arguments of ``Cache`` itself.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .guards import DEFAULT_GUARDS, Guard
+from .policy import TtlPolicy
+
+__all__ = ["Exact", "Faq", "Semantic"]
+
+Reranker = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Exact:
+    """The exact tier: L1 in memory, L2 in the store, the Bloom filter, versions."""
+
+    ttl: TtlPolicy | None = None  # per-category TTLs with jitter (None: the default policy)
+    l1_max_items: int = 10_000
+    l1_max_bytes: int = 64 * 2**20
+    bloom: bool = True  # skip the round trip for keys never written
+    refresh_s: float = 0.5  # how often versions (and the vector replica) are polled
+    cache_version: str = "1"  # change it to retire every entry (a new prompt format, say)
+    cache_time_dependent: bool = False  # cache "today"/"my order" questions (exact tier only)
+
+
+@dataclass(frozen=True, slots=True)
+class Semantic:
+    """The semantic tier: embedder, threshold, guards, re-ranker, audit, index location."""
+
+    embedder: Any = None  # a packaged name, a sentence-transformers model name, or an object
+    threshold: float | None = None  # None: the embedder's calibrated threshold
+    top_k: int = 5
+    guards: Sequence[Guard] = DEFAULT_GUARDS
+    reranker: Reranker | None = None
+    rerank_threshold: float = 0.5
+    audit: bool = True  # record every decision (hashed) for calibration
+    vector_path: str | Path | None = None  # where the local replicas live
+    qdrant_client: Any = None  # a ready QdrantClient instead of the local replicas
+
+
+@dataclass(frozen=True, slots=True)
+class Faq:
+    """The curated FAQ fallback."""
+
+    path: str | Path | None = None  # None: beside the L2 file, or in the data directory
+    threshold: float = 0.80
+
+
+# Keyword arguments ``Cache`` took before the settings objects: kept for one release.
+_LEGACY: dict[str, tuple[type, str]] = {
+    **{f.name: (Exact, f.name) for f in fields(Exact)},
+    **{f.name: (Semantic, f.name) for f in fields(Semantic)},
+    "faq_path": (Faq, "path"),
+    "faq_threshold": (Faq, "threshold"),
+}
+
+
+def from_legacy(
+    legacy: Mapping[str, Any], exact: Exact, semantic: Semantic | None, faq: Faq | None
+) -> tuple[Exact, Semantic | None, Faq | None]:
+    """Fold old keyword arguments into the settings objects, with one ``DeprecationWarning``
+    naming their new home; an unknown keyword is a ``TypeError`` as it always was."""
+    unknown = sorted(set(legacy) - set(_LEGACY))
+    if unknown:
+        raise TypeError(f"Cache() got unexpected keyword arguments: {', '.join(unknown)}")
+    if not legacy:
+        return exact, semantic, faq
+    moved = ", ".join(f"{name}= → {_LEGACY[name][0].__name__}(...)" for name in sorted(legacy))
+    warnings.warn(
+        f"pass the tiers' options as settings objects ({moved}); the old keywords go in the "
+        "next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    by_kind: dict[type, dict[str, Any]] = {Exact: {}, Semantic: {}, Faq: {}}
+    for name, value in legacy.items():
+        kind, field = _LEGACY[name]
+        by_kind[kind][field] = value
+    return (
+        replace(exact, **by_kind[Exact]),
+        replace(semantic, **by_kind[Semantic]) if semantic is not None else None,
+        replace(faq, **by_kind[Faq]) if faq is not None else None,
+    )
