@@ -43,7 +43,7 @@ from .lexicon import (
     ZH_UNITS,
 )
 from .normalize import Form, form
-from .spelling import reconcile
+from .spelling import is_lower_case_word, reconcile
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -478,13 +478,15 @@ def literal(a: Analysis, b: Analysis) -> str | None:
 
 def case(a: Analysis, b: Analysis) -> str | None:
     """ "Please Polish this" vs "Please polish this": when both questions were typed with
-    case, a word inside a sentence whose case differs is another word.  A question typed all
-    in lower case (or capitals) tells no case, and is compared without it."""
+    case, a word inside a sentence whose case differs is another word — when its lower-case
+    spelling is a word too ("Polish", "US", "Windows"): a name that is nothing else in lower
+    case ("Facebook" / "facebook", "Gmail" / "gmail") is the same name typed carelessly.  A
+    question typed all in lower case (or capitals) tells no case, and is compared without it."""
     if not (a.form.has_case and b.form.has_case):
         return None
     forms_b = dict(b.form.cased)
     for folded, word in a.form.cased:
-        if forms_b.get(folded, word) != word:
+        if forms_b.get(folded, word) != word and is_lower_case_word(folded):
             return "case"
     return None
 

@@ -30,7 +30,7 @@ from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 
-__all__ = ["corrected", "is_english_word", "reconcile"]
+__all__ = ["corrected", "is_english_word", "is_lower_case_word", "reconcile"]
 
 _LATIN = re.compile(r"[A-Za-z0-9]+(?:[-'’][A-Za-z0-9]+)*")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -217,6 +217,24 @@ def _one_edit(word: str) -> set[str]:
 def is_english_word(word: str) -> bool:
     """True for a word of symspellpy's English dictionary (lower case)."""
     return word in _english_counts()
+
+
+def is_lower_case_word(word: str) -> bool:
+    """True when ``word`` (folded) is also an ordinary word in lower case — "polish", "turkey",
+    "us", "windows" — in Webster's list (english-words' web2, which keeps names capitalized)
+    and in symspellpy's; false for a name only: "facebook", "gmail", "europe"."""
+    forms = {word}
+    if len(word) > 3 and word.endswith("s"):  # a plural: "windows" → "window"
+        forms |= {word[:-1], word[:-2] if word.endswith("es") else word, word[:-3] + "y"}
+    return any(w in _lower_case_words() for w in forms)
+
+
+@lru_cache(maxsize=1)
+def _lower_case_words() -> frozenset[str]:
+    from english_words import get_english_words_set
+
+    counts = _english_counts()
+    return frozenset(w for w in get_english_words_set(["web2"], alpha=True) if w in counts)
 
 
 @lru_cache(maxsize=1)

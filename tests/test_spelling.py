@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tricache.guards import check
-from tricache.spelling import is_english_word, reconcile
+from tricache.spelling import is_english_word, is_lower_case_word, reconcile
 
 SAME_WORD = [
     # typos: a non-word one edit from a word the other side has
@@ -80,3 +80,10 @@ def test_only_short_distances_count_as_typos() -> None:
 def test_the_dictionary_is_a_real_word_list() -> None:
     assert is_english_word("password") and is_english_word("effect")
     assert not is_english_word("pasword") and not is_english_word("scholarhsip")
+
+
+def test_lower_case_words_are_told_from_names() -> None:
+    for word in ("polish", "turkey", "us", "windows", "parties", "apple"):
+        assert is_lower_case_word(word), word
+    for word in ("facebook", "gmail", "youtube", "europe", "english", "github"):
+        assert not is_lower_case_word(word), word
