@@ -43,6 +43,7 @@ from .lexicon import (
     ZH_UNITS,
 )
 from .normalize import Form, form
+from .roles import negated_verb, person
 from .spelling import is_lower_case_word, reconcile
 
 __all__ = [
@@ -576,6 +577,8 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     wh_word,
     order,
     relation,
+    person,
+    negated_verb,
     added_content,
     substitution,
 )

@@ -64,6 +64,14 @@ REFUSED = [
     ("什么牌子的手表好", "什么牌子的女手表好", "added_content"),
     ("魔兽世界将军令丢了", "魔兽世界将军令坏了", "substitution"),
     ("What is the chemistry exam like?", "What is the biology exam like?", "substitution"),
+    # another person meant; the one asked addressed on one side only
+    ("你妈妈叫什么名字", "我妈妈叫什么名字", "person"),
+    ("他的手机坏了怎么办", "我的手机坏了怎么办", "person"),
+    ("What is your favorite book?", "What is the favorite book?", "person"),
+    ("Can I borrow money from you?", "Can I borrow money?", "person"),
+    # as many negations, on another verb
+    ("What happens if you don't sleep?", "What happens if you can't sleep?", "negation"),
+    ("Why won't the app open?", "Why doesn't the app open?", "negation"),
 ]  # fmt: skip
 
 PASSED = [
@@ -89,6 +97,14 @@ PASSED = [
     ("Can dogs eat grapes?", "Is it okay if dogs eat grapes?"),
     ("How do I reset my password?", "How do you reset your password?"),
     ("我想知道怎么重置密码", "怎么重置密码"),
+    # a person left implicit on one side, another number of one person, the asker swapped along
+    ("我的提问怎么删除", "提问怎么删除"),
+    ("你最喜欢哪个明星", "你们最喜欢哪个明星"),
+    ("How do I change my name?", "How do you change your name?"),
+    ("Why can't I sleep?", "Why can I not sleep?"),
+    # intensifiers, "about", a request verb
+    ("这部电影好看吗", "这部电影真的很好看吗"),
+    ("找一部科幻电影", "求一部科幻电影"),
     # hedges ask nothing of their own
     ("退款多久到账", "退款一般多久到账"),
     ("How long does shipping take?", "How long does shipping usually take?"),
