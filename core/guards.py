@@ -268,8 +268,8 @@ def _opposite(ax: bool, ay: bool, bx: bool, by: bool) -> bool:
 def _stem(word: str) -> str:
     """A light English stem: plural, -ed and -ing off, then a final "e" (hire/hires/hired/
     hiring → "hir"), so inflections of one word compare equal."""
-    if word in IRREGULAR_EN:
-        return IRREGULAR_EN[word]
+    if word in IRREGULAR_EN:  # "made" → "make" → "mak", as "make" stems
+        return _stem(IRREGULAR_EN[word])
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
     stem = word

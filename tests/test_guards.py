@@ -211,3 +211,10 @@ def test_odd_input_never_crashes_the_recognizer(recognizer: Switch, text: str) -
 def test_unknown_recognizer_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="auto"):
         use_entity_recognizer("bert")  # type: ignore[arg-type]
+
+
+def test_an_irregular_form_stems_as_its_base_does() -> None:
+    from tricache.guards import _stem
+
+    assert _stem("made") == _stem("make") and _stem("lost") == _stem("lose")
+    assert _stem("did") == _stem("do")
