@@ -376,7 +376,7 @@ def _order_sequence(a: Analysis) -> list[str]:
     """Content words for the order guard: stemmed, English pronouns by person ("me" = "I"),
     and Chinese words holding a pronoun split ("我爱你" → 我 爱 你: who acts on whom)."""
     if not a.zh:  # negations are the negation guard's: "can't I" = "can I not"
-        return [PERSONS_EN.get(t) or _stem(t) for t in _content(a) if t not in NEGATIONS_EN]
+        return [_ORDER_PERSONS.get(t) or _stem(t) for t in _content(a) if t not in NEGATIONS_EN]
     out = []
     for token in _content(a):
         if len(token) > 1 and any(c in _PRONOUN_CHARS for c in token):
@@ -387,6 +387,12 @@ def _order_sequence(a: Analysis) -> list[str]:
 
 
 _PRONOUN_CHARS = frozenset("我你您他她它")
+# A possessive is not the person acting: "How do I delete my account" / "the way to delete
+# my account" ("her" is either, and stays a person)
+_ORDER_PERSONS = {
+    **PERSONS_EN,
+    **{w: PERSONS_EN[w] + "'s" for w in "my mine our ours your yours his their theirs".split()},
+}
 
 
 def _content(a: Analysis) -> list[str]:

@@ -56,6 +56,8 @@ REFUSED = [
     ("How many grams are in a pound?", "How many pounds are in a gram?", "order"),
     ("Should I eat before running?", "Should I eat after running?", "antonym"),
     ("Can you help me?", "Can I help you?", "order"),
+    ("Is his dog bigger than my dog?", "Is my dog bigger than his dog?", "order"),
+    ("Did my brother call your sister?", "Did your brother call my sister?", "order"),
     ("我借给他一千块钱", "他借给我一千块钱", "order"),
     ("你爱我吗", "我爱你吗", "order"),
     ("That's not bad, is it?", "That's bad, isn't it?", "negation"),  # the tag is not the question
@@ -97,6 +99,8 @@ PASSED = [
     ("Can dogs eat grapes?", "Is it okay if dogs eat grapes?"),
     ("How do I reset my password?", "How do you reset your password?"),
     ("我想知道怎么重置密码", "怎么重置密码"),
+    # "I" acts, "my" owns: the asker's "I" gone with "my" kept is no reordering
+    ("How do I delete my Facebook account?", "What is the way to delete my account on Facebook?"),
     # a person left implicit on one side, another number of one person, the asker swapped along
     ("我的提问怎么删除", "提问怎么删除"),
     ("你最喜欢哪个明星", "你们最喜欢哪个明星"),
