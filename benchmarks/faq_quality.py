@@ -34,10 +34,8 @@ def main() -> None:
         oos = [row["text"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
     queries = [(q, entry["id"]) for entry in kb for q in entry["paraphrased_queries"]]
     store = FaqStore(Path(tempfile.mkdtemp()) / "faq.sqlite3", embedder=get_embedder(args.embedder))
-    ids = {}
-    for entry in kb:
-        store.add([FaqEntry(entry["question"], entry["answers"][0])])
-        ids[store.count()] = entry["id"]  # faq ids are assigned in insertion order
+    store.add([FaqEntry(entry["question"], entry["answers"][0]) for entry in kb])
+    ids = {entry["question"]: entry["id"] for entry in kb}  # the questions are distinct
     lines = [
         "| threshold | StackFAQ top-1 accuracy | StackFAQ served wrong | CLINC150 served (wrong) |",
         "|---:|---:|---:|---:|",
@@ -49,8 +47,8 @@ def main() -> None:
         for query, entry_id in queries:
             match = store.answer(query)
             if match is not None:
-                right += ids[match.faq_id] == entry_id
-                wrong += ids[match.faq_id] != entry_id
+                right += ids[match.question] == entry_id
+                wrong += ids[match.question] != entry_id
         served_oos = sum(store.answer(q) is not None for q in oos)
         lines.append(
             f"| {threshold:.2f} | {right / len(queries):.3f} | {wrong / len(queries):.3f} | "

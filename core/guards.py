@@ -43,7 +43,8 @@ from .lexicon import (
     ZH_UNITS,
 )
 from .normalize import Form, form
-from .spelling import reconcile
+from .roles import negated_verb, person
+from .spelling import is_lower_case_word, reconcile
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -267,8 +268,8 @@ def _opposite(ax: bool, ay: bool, bx: bool, by: bool) -> bool:
 def _stem(word: str) -> str:
     """A light English stem: plural, -ed and -ing off, then a final "e" (hire/hires/hired/
     hiring → "hir"), so inflections of one word compare equal."""
-    if word in IRREGULAR_EN:
-        return IRREGULAR_EN[word]
+    if word in IRREGULAR_EN:  # "made" → "make" → "mak", as "make" stems
+        return _stem(IRREGULAR_EN[word])
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
     stem = word
@@ -375,7 +376,7 @@ def _order_sequence(a: Analysis) -> list[str]:
     """Content words for the order guard: stemmed, English pronouns by person ("me" = "I"),
     and Chinese words holding a pronoun split ("我爱你" → 我 爱 你: who acts on whom)."""
     if not a.zh:  # negations are the negation guard's: "can't I" = "can I not"
-        return [PERSONS_EN.get(t) or _stem(t) for t in _content(a) if t not in NEGATIONS_EN]
+        return [_ORDER_PERSONS.get(t) or _stem(t) for t in _content(a) if t not in NEGATIONS_EN]
     out = []
     for token in _content(a):
         if len(token) > 1 and any(c in _PRONOUN_CHARS for c in token):
@@ -386,6 +387,12 @@ def _order_sequence(a: Analysis) -> list[str]:
 
 
 _PRONOUN_CHARS = frozenset("我你您他她它")
+# A possessive is not the person acting: "How do I delete my account" / "the way to delete
+# my account" ("her" is either, and stays a person)
+_ORDER_PERSONS = {
+    **PERSONS_EN,
+    **{w: PERSONS_EN[w] + "'s" for w in "my mine our ours your yours his their theirs".split()},
+}
 
 
 def _content(a: Analysis) -> list[str]:
@@ -478,13 +485,15 @@ def literal(a: Analysis, b: Analysis) -> str | None:
 
 def case(a: Analysis, b: Analysis) -> str | None:
     """ "Please Polish this" vs "Please polish this": when both questions were typed with
-    case, a word inside a sentence whose case differs is another word.  A question typed all
-    in lower case (or capitals) tells no case, and is compared without it."""
+    case, a word inside a sentence whose case differs is another word — when its lower-case
+    spelling is a word too ("Polish", "US", "Windows"): a name that is nothing else in lower
+    case ("Facebook" / "facebook", "Gmail" / "gmail") is the same name typed carelessly.  A
+    question typed all in lower case (or capitals) tells no case, and is compared without it."""
     if not (a.form.has_case and b.form.has_case):
         return None
     forms_b = dict(b.form.cased)
     for folded, word in a.form.cased:
-        if forms_b.get(folded, word) != word:
+        if forms_b.get(folded, word) != word and is_lower_case_word(folded):
             return "case"
     return None
 
@@ -574,6 +583,8 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     wh_word,
     order,
     relation,
+    person,
+    negated_verb,
     added_content,
     substitution,
 )

@@ -100,6 +100,8 @@ FILLERS_ZH = _words(
     " 哪些 哪个 哪种 哪一个"
     # hedges: "退款一般多久到账" asks how long a refund takes
     " 一般 通常 平时 平常 大概 大约 一般来说"
+    # intensifiers (like 比较; a superlative, 最, still counts), "about", a request (like 求)
+    " 很 非常 特别 挺 真 真的 确实 关于 找"
 )
 
 # Relation words: they order the question (order guard) but are not content of their own.

@@ -30,7 +30,16 @@ from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 
-__all__ = ["corrected", "is_english_word", "reconcile"]
+from .british import american
+
+__all__ = [
+    "common_on_the_web",
+    "corrected",
+    "is_english_word",
+    "is_lower_case_word",
+    "known",
+    "reconcile",
+]
 
 _LATIN = re.compile(r"[A-Za-z0-9]+(?:[-'’][A-Za-z0-9]+)*")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -46,6 +55,7 @@ def reconcile(a: str, b: str) -> tuple[str, str]:
     (memoized: the tier scores a candidate, then the guards judge it, on the same pair)."""
     if a == b:
         return a, b
+    a, b = _unify_british(a, b)
     a, b = _unify_variants(a, b)
     a, b = _fix_typos(a, b), _fix_typos(b, a)
     if _CJK_RUN.search(a) and _CJK_RUN.search(b):
@@ -54,6 +64,23 @@ def reconcile(a: str, b: str) -> tuple[str, str]:
 
 
 # variants ----------------------------------------------------------------------------------
+def _unify_british(a: str, b: str) -> tuple[str, str]:
+    """A British spelling whose American form the other side has reads as that form."""
+    words_a = {m.group().casefold() for m in _LATIN.finditer(a)}
+    words_b = {m.group().casefold() for m in _LATIN.finditer(b)}
+
+    def rewrite(x: str, other: set[str]) -> str:
+        def american_form(m: re.Match[str]) -> str:
+            us = american(m.group().casefold())
+            if us is None or us not in other:
+                return m.group()
+            return us.capitalize() if m.group()[0].isupper() else us
+
+        return _LATIN.sub(american_form, x)
+
+    return rewrite(a, words_b), rewrite(b, words_a)
+
+
 def _key(token: str) -> str:
     return re.sub(r"[-'’\s]", "", token.casefold())
 
@@ -123,7 +150,7 @@ def _fix_typos(x: str, y: str) -> str:
     """``x`` with each of its unknown words that is one edit from a word of ``y`` rewritten."""
     keys_y = {_key(m.group()) for m in _LATIN.finditer(y)}
     keys_x = {_key(m.group()) for m in _LATIN.finditer(x)}
-    targets = [k for k in keys_y - keys_x if k.isalpha() and _known(k)]
+    targets = [k for k in keys_y - keys_x if k.isalpha() and known(k)]
     if not targets:
         return x
     out, last = [], 0
@@ -144,18 +171,18 @@ def _may_be_typo(word: str, *, at_start: bool) -> bool:
         return False
     if not (word.islower() or (at_start and word[1:].islower())):
         return False  # a capital inside a sentence: a name, not a typo
-    return not _known(word.lower())
+    return not known(word.lower())
 
 
-def _known(word: str) -> bool:
+def known(word: str) -> bool:
     """A word of symspellpy's dictionary, or one common on the web (wordfreq's small English
     list: a frequency of one in a million or more).  symspellpy's list is British and dated:
     without wordfreq "tumor" would be a typo of "tutor", "theater" of "cheater"."""
-    return is_english_word(word) or _common_on_the_web(word)
+    return is_english_word(word) or common_on_the_web(word)
 
 
 @lru_cache(maxsize=50_000)
-def _common_on_the_web(word: str) -> bool:
+def common_on_the_web(word: str) -> bool:
     from wordfreq import word_frequency
 
     return word_frequency(word, "en", wordlist="small") > 0
@@ -217,6 +244,24 @@ def _one_edit(word: str) -> set[str]:
 def is_english_word(word: str) -> bool:
     """True for a word of symspellpy's English dictionary (lower case)."""
     return word in _english_counts()
+
+
+def is_lower_case_word(word: str) -> bool:
+    """True when ``word`` (folded) is also an ordinary word in lower case — "polish", "turkey",
+    "us", "windows" — in Webster's list (english-words' web2, which keeps names capitalized)
+    and in symspellpy's; false for a name only: "facebook", "gmail", "europe"."""
+    forms = {word}
+    if len(word) > 3 and word.endswith("s"):  # a plural: "windows" → "window"
+        forms |= {word[:-1], word[:-2] if word.endswith("es") else word, word[:-3] + "y"}
+    return any(w in _lower_case_words() for w in forms)
+
+
+@lru_cache(maxsize=1)
+def _lower_case_words() -> frozenset[str]:
+    from english_words import get_english_words_set
+
+    counts = _english_counts()
+    return frozenset(w for w in get_english_words_set(["web2"], alpha=True) if w in counts)
 
 
 @lru_cache(maxsize=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tricache.guards import check
-from tricache.spelling import is_english_word, reconcile
+from tricache.spelling import is_english_word, is_lower_case_word, reconcile
 
 SAME_WORD = [
     # typos: a non-word one edit from a word the other side has
@@ -21,6 +21,11 @@ SAME_WORD = [
     ("Is the holidayinn near the airport?", "Is the Holiday Inn near the airport?"),
     ("whats a mortgage", "What's a mortgage?"),
     ("isnt it safe to fly", "Isn't it safe to fly?"),
+    # British and American spellings
+    ("What is your favourite colour?", "What is your favorite color?"),
+    ("Why was my flight cancelled?", "why was my flight canceled"),
+    ("How far is the city centre?", "How far is the city center?"),
+    ("Can I pay by cheque?", "Can I pay by check?"),
 ]  # fmt: skip
 
 OTHER_WORD = [
@@ -45,6 +50,8 @@ OTHER_WORD = [
     # numbers split by a hyphen or a space are other numbers
     ("Is delivery 1-2 days?", "Is delivery 12 days?"),
     ("Do you sell 2 5 kg bags?", "Do you sell 25 kg bags?"),
+    # a doubled l is British only when the single-l stem is a word: filling is no filing
+    ("Is filling the form required?", "Is filing the form required?"),
     # codes that differ stay different
     ("How much is the PS5?", "How much is the PS4?"),
     ("Does it have USB-C?", "Does it have USB-A?"),
@@ -80,3 +87,20 @@ def test_only_short_distances_count_as_typos() -> None:
 def test_the_dictionary_is_a_real_word_list() -> None:
     assert is_english_word("password") and is_english_word("effect")
     assert not is_english_word("pasword") and not is_english_word("scholarhsip")
+
+
+def test_lower_case_words_are_told_from_names() -> None:
+    for word in ("polish", "turkey", "us", "windows", "parties", "apple"):
+        assert is_lower_case_word(word), word
+    for word in ("facebook", "gmail", "youtube", "europe", "english", "github"):
+        assert not is_lower_case_word(word), word
+
+
+def test_american_forms_of_british_spellings() -> None:
+    from tricache.british import american
+
+    assert american("colour") == "color" and american("theatres") == "theaters"
+    assert american("realise") == "realize" and american("travelled") == "traveled"
+    assert american("grey") == "gray" and american("analyse") == "analyze"
+    for word in ("four", "your", "flour", "filling", "rise", "acre", "color"):
+        assert american(word) is None, word
