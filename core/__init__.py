@@ -4,6 +4,7 @@ The public surface::
 
     from tricache import Cache
     cache = Cache()                                  # embedded: memory + SQLite
+    cache = Cache(redis_url="redis://cache:6379/0", semantic=Semantic(threshold=0.95))
     req = cache.request("How do I reset my password?", system="You are a helpdesk bot.")
     if (hit := cache.lookup(req)) is None:
         cache.update(req, call_the_llm(req))
@@ -17,6 +18,7 @@ from .metrics import Metrics
 from .normalize import normalize
 from .policy import TtlPolicy
 from .request import CacheRequest, Turn, context_fingerprint, exact_key
+from .settings import Exact, Faq, Semantic
 from .stack import Cache, Hit
 from .versions import Stamp
 
@@ -28,9 +30,12 @@ __all__ = [
     "CacheRequest",
     "CircuitBreaker",
     "CorruptEntry",
+    "Exact",
     "ExactTier",
+    "Faq",
     "Hit",
     "Metrics",
+    "Semantic",
     "Stamp",
     "StoreUnavailable",
     "TtlPolicy",

@@ -8,23 +8,23 @@ The common case needs none of them::
     Cache(semantic=False, faq=False)          # the exact tier only
 
 Where the stores are (``redis_url``, ``path``, ``qdrant_url``), who asks (``namespace``,
-``tenant``) and what is cacheable stay arguments of ``Cache`` itself.
+``tenant``) and what may be cached (``cacheable``, ``volatile_context``) stay arguments of
+``Cache`` itself.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from .guards import DEFAULT_GUARDS, Guard
 from .policy import TtlPolicy
+from .semantic import Reranker
 
 __all__ = ["Exact", "Faq", "Semantic"]
-
-Reranker = Callable[[str, Sequence[str]], Sequence[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +51,7 @@ class Semantic:
     reranker: Reranker | None = None
     rerank_threshold: float = 0.5
     audit: bool = True  # record every decision (hashed) for calibration
-    vector_path: str | Path | None = None  # where the local replicas live
-    qdrant_client: Any = None  # a ready QdrantClient instead of the local replicas
+    vector_path: str | Path | None = None  # where this machine's replicas of the index live
 
 
 @dataclass(frozen=True, slots=True)

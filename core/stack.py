@@ -31,13 +31,13 @@ from .entry import CacheEntry
 from .exact import ExactHit, ExactTier, StoreUnavailable
 from .faq import FaqEntry, FaqStore, question_key
 from .forks import inherited, on_fork
-from .guards import DEFAULT_GUARDS, Guard, is_cacheable
+from .guards import is_cacheable
 from .home import data_dir
 from .metrics import Metrics
-from .policy import TtlPolicy
 from .question import locate
 from .request import CacheRequest, Turn, memo_bytes
-from .semantic import Reranker, SemanticHit, SemanticTier
+from .semantic import SemanticHit, SemanticTier
+from .settings import Exact, Faq, Semantic, from_legacy
 from .stores.base import L2Store, PointLog
 from .versions import Stamp
 
@@ -85,39 +85,24 @@ class Cache:
         *,
         redis_url: str | None = None,
         path: str | Path | None = None,
-        store: L2Store | None = None,
-        l2: bool = True,
-        namespace: str = "default",
-        tenant: str = "default",
-        cluster: bool = False,
-        timeout: float = 0.05,
-        ttl: TtlPolicy | None = None,
-        bloom: bool = True,
-        cache_version: str = "1",
-        volatile_context: bool = False,
-        history_turns: int | None = None,
-        l1_max_items: int = 10_000,
-        l1_max_bytes: int = 64 * 2**20,
-        refresh_s: float = 0.5,
-        semantic: bool = True,
-        embedder: Any = None,
         qdrant_url: str | None = None,
         qdrant_client: Any = None,
-        vector_path: str | Path | None = None,
-        threshold: float | None = None,
-        top_k: int = 5,
-        guards: Sequence[Guard] = DEFAULT_GUARDS,
-        reranker: Reranker | None = None,
-        rerank_threshold: float = 0.5,
+        store: L2Store | None = None,
+        l2: bool = True,
+        cluster: bool = False,
+        timeout: float = 0.05,
+        namespace: str = "default",
+        tenant: str = "default",
+        exact: Exact | None = None,
+        semantic: Semantic | bool = True,
+        faq: Faq | bool = True,
         cacheable: Callable[[str], bool] | None = None,
-        faq: bool = True,
-        faq_path: str | Path | None = None,
-        faq_threshold: float = 0.80,
+        volatile_context: bool = False,
         prices: dict[str, float] | None = None,
-        cache_time_dependent: bool = False,
-        audit: bool = True,
         metrics: Metrics | None = None,
         warm: bool | None = None,
+        history_turns: int | None = None,
+        **legacy: Any,
     ) -> None:
         if history_turns is not None:
             warnings.warn(
@@ -125,6 +110,12 @@ class Cache:
                 DeprecationWarning,
                 stacklevel=2,
             )
+        exact_, semantic_, faq_ = from_legacy(
+            legacy,
+            _setting(exact, Exact, "exact") or Exact(),
+            _setting(semantic, Semantic, "semantic"),
+            _setting(faq, Faq, "faq"),
+        )
         if store is None and l2:
             store = _open_store(redis_url, path, cluster=cluster, timeout=timeout)
         self.namespace = namespace
@@ -136,38 +127,38 @@ class Cache:
         # are not cached at all unless asked for: a repeat an hour later, or from another user
         # of the tenant, deserves a fresh answer.
         self._cacheable = cacheable or is_cacheable
-        self.cache_time_dependent = cache_time_dependent
+        self.cache_time_dependent = exact_.cache_time_dependent
         self.exact = ExactTier(
             store if l2 else None,
             namespace=namespace,
-            policy=ttl,
-            l1_max_items=l1_max_items,
-            l1_max_bytes=l1_max_bytes,
-            bloom=bloom,
-            refresh_s=refresh_s,
-            cache_version=cache_version,
+            policy=exact_.ttl,
+            l1_max_items=exact_.l1_max_items,
+            l1_max_bytes=exact_.l1_max_bytes,
+            bloom=exact_.bloom,
+            refresh_s=exact_.refresh_s,
+            cache_version=exact_.cache_version,
             volatile_context=volatile_context,
             metrics=self.metrics,
         )
         self._semantic_options: dict[str, Any] | None = (
             dict(
-                embedder=embedder,
+                embedder=semantic_.embedder,
                 qdrant_url=qdrant_url,
                 qdrant_client=qdrant_client,
-                vector_path=vector_path or _vector_dir(path),
+                vector_path=semantic_.vector_path or _vector_dir(path),
                 store=store if l2 else None,
                 namespace=namespace,
-                refresh_s=refresh_s,
-                threshold=threshold,
-                top_k=top_k,
-                guards=guards,
-                reranker=reranker,
-                rerank_threshold=rerank_threshold,
+                refresh_s=exact_.refresh_s,
+                threshold=semantic_.threshold,
+                top_k=semantic_.top_k,
+                guards=semantic_.guards,
+                reranker=semantic_.reranker,
+                rerank_threshold=semantic_.rerank_threshold,
                 cacheable=cacheable,
-                audit=audit,
+                audit=semantic_.audit,
                 volatile_context=volatile_context,
             )
-            if semantic
+            if semantic_ is not None
             else None
         )
         self._semantic: SemanticTier | None = None
@@ -175,10 +166,11 @@ class Cache:
         self._semantic_breaker = CircuitBreaker()
         self._semantic_retry_at = 0.0
         self._recent_hits: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
-        self._faq_options = (
-            {"path": faq_path or _beside(path, "faq") or data_dir() / "faq.sqlite3",
-             "threshold": faq_threshold, "embedder": embedder}
-            if faq
+        self._faq_options: dict[str, Any] | None = (
+            {"path": faq_.path or _beside(path, "faq") or data_dir() / "faq.sqlite3",
+             "threshold": faq_.threshold,
+             "embedder": semantic_.embedder if semantic_ is not None else None}
+            if faq_ is not None
             else None
         )  # fmt: skip
         self._faq: Any = None
@@ -705,6 +697,18 @@ def _open_store(
 def _vector_dir(path: str | Path | None) -> Path | None:
     """Beside an explicit SQLite file, or ``None`` for the data directory's default."""
     return Path(path).with_name(Path(path).stem + "-vectors") if path else None
+
+
+def _setting(value: Any, kind: type, name: str) -> Any:
+    """``value`` as a settings object of ``kind``: ``True``/``None`` the defaults, ``False``
+    off (``None``); anything else is a ``TypeError``."""
+    if value is True:
+        return kind()
+    if value is False or value is None:
+        return None
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}= takes a {kind.__name__}(...) or True/False, not {value!r}")
+    return value
 
 
 def _replica_stats(tier: SemanticTier | None) -> dict[str, Any] | None:

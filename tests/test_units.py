@@ -244,3 +244,30 @@ def test_epochs_only_move_forward_in_a_view() -> None:
     assert view.apply(VersionState("e2", time.time(), 0, 0, {}), asked=now) is True
     assert view.apply(VersionState("e1", time.time(), 1, 1, {"tag:a": 3}), asked=now) is False
     assert view.epoch == "e2" and view.retired("e1") and view.tag("a") == 0
+
+
+def test_settings_objects_and_the_old_keywords() -> None:
+    import warnings
+
+    from tricache import Exact, Faq, Semantic
+
+    cache = Cache(
+        l2=False, exact=Exact(bloom=False, l1_max_items=7), semantic=Semantic(threshold=0.95),
+        faq=Faq(threshold=0.9), warm=False,
+    )  # fmt: skip
+    assert cache.exact.bloom is None and cache.exact.l1.max_items == 7
+    assert cache._semantic_options is not None and cache._semantic_options["threshold"] == 0.95
+    assert cache._faq_options is not None and cache._faq_options["threshold"] == 0.9
+    off = Cache(l2=False, semantic=False, faq=False, warm=False)
+    assert off._semantic_options is None and off._faq_options is None
+    with warnings.catch_warnings(record=True) as caught:  # one release of the old keywords
+        warnings.simplefilter("always")
+        old = Cache(l2=False, bloom=False, threshold=0.95, faq_threshold=0.9, warm=False)
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "Exact(...)" in str(caught[0].message) and "Semantic(...)" in str(caught[0].message)
+    assert old.exact.bloom is None and old._semantic_options["threshold"] == 0.95  # type: ignore[index]
+    assert old._faq_options["threshold"] == 0.9  # type: ignore[index]
+    with pytest.raises(TypeError, match="thresold"):
+        Cache(l2=False, thresold=0.9)
+    with pytest.raises(TypeError, match="Semantic"):
+        Cache(l2=False, semantic={"threshold": 0.9})  # type: ignore[arg-type]
