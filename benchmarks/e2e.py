@@ -74,9 +74,9 @@ from langchain_core.messages import (
 from langchain_tricache import TriCache
 from langchain_tricache.demo import StandInChatModel
 from tricache import Cache
-from tricache.demo import REWRITES
-from tricache.embed import get_embedder
-from tricache.evaluate import Pair, read_pairs
+from tricache.semantic.embed import get_embedder
+from tricache.tools.demo import REWRITES
+from tricache.tools.evaluate import Pair, read_pairs
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 RESULTS = Path(__file__).parent / "results"

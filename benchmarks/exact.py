@@ -29,7 +29,7 @@ import msgpack
 import redis
 
 from tricache import Cache, TtlPolicy
-from tricache.entry import CacheEntry, encode_entry
+from tricache.key.entry import CacheEntry, encode_entry
 
 QUERY = (
     "How do I rotate the API keys of my organisation without downtime, and will the old keys "

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tricache.embed import get_embedder
-from tricache.faq import FaqEntry, FaqStore
+from tricache.faq.store import FaqEntry, FaqStore
+from tricache.semantic.embed import get_embedder
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
 

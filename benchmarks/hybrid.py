@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 from semantic_quality import SETS
 
-from tricache.embed import get_embedder
-from tricache.evaluate import read_pairs
-from tricache.guards import analyze, check
-from tricache.semantic import CALIBRATED_THRESHOLDS
+from tricache.semantic.embed import get_embedder
+from tricache.semantic.guards.checks import analyze, check
+from tricache.semantic.tier import CALIBRATED_THRESHOLDS
+from tricache.tools.evaluate import read_pairs
 
 RRF_K = 60
 

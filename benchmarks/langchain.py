@@ -29,7 +29,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from langchain_tricache import TriCache
 from tricache import TtlPolicy
-from tricache.embed import get_embedder
+from tricache.semantic.embed import get_embedder
 
 SYSTEM = SystemMessage("You are the helpdesk assistant of ACME Cloud. Answer briefly.")
 STORED = "How do I rotate the API keys of my organisation without downtime?"

@@ -429,7 +429,7 @@ def big_prompts_with_faq(workdir: Path) -> dict[str, Any]:
     """1 MB prompts with an FAQ loaded: bounded misses, memory included."""
     import tracemalloc
 
-    from tricache.faq import FaqEntry
+    from tricache.faq.store import FaqEntry
 
     cache = Cache(path=workdir / "big.sqlite3", warm=True)
     cache.add_faq([FaqEntry("How do I reset my password?", "Settings > Security.")])

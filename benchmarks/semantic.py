@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from tricache import Cache
-from tricache.embed import get_embedder
-from tricache.evaluate import read_pairs
+from tricache.semantic.embed import get_embedder
+from tricache.tools.evaluate import read_pairs
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from tricache import entities
-from tricache.evaluate import evaluate_pairs, read_pairs
-from tricache.guards import use_entity_recognizer
+from tricache.semantic.guards.checks import use_entity_recognizer
+from tricache.tools.evaluate import evaluate_pairs, read_pairs
 
 SETS = {
     # hard negatives: word order, negation/antonyms

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 from semantic_quality import SETS
 
-from tricache.embed import get_embedder
-from tricache.evaluate import read_pairs, similarities
-from tricache.guards import check
+from tricache.semantic.embed import get_embedder
+from tricache.semantic.guards.checks import check
+from tricache.tools.evaluate import read_pairs, similarities
 
 THRESHOLDS = (0.85, 0.88, 0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98)
 

@@ -22,9 +22,8 @@ import numpy as np
 from semantic_quality import SETS
 from sklearn.linear_model import LogisticRegression
 
-from tricache.embed import get_embedder
-from tricache.evaluate import read_pairs, similarities
-from tricache.guards import (
+from tricache.semantic.embed import get_embedder
+from tricache.semantic.guards.checks import (
     DEFAULT_GUARDS,
     Analysis,
     _content_stems,
@@ -34,6 +33,7 @@ from tricache.guards import (
     check,
     substitution,
 )
+from tricache.tools.evaluate import read_pairs, similarities
 
 FEATURES = (
     "sim",

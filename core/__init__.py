@@ -10,17 +10,17 @@ The public surface::
         cache.update(req, call_the_llm(req))
 """
 
-from .breaker import CircuitBreaker
-from .entry import CacheEntry, CorruptEntry
-from .exact import ExactTier, StoreUnavailable
-from .home import data_dir
-from .metrics import Metrics
-from .normalize import normalize
-from .policy import TtlPolicy
-from .request import CacheRequest, Turn, context_fingerprint, exact_key
+from .exact.policy import TtlPolicy
+from .exact.tier import ExactTier, StoreUnavailable
+from .exact.versions import Stamp
+from .key.entry import CacheEntry, CorruptEntry
+from .key.normalize import normalize
+from .key.request import CacheRequest, Turn, context_fingerprint, exact_key
+from .ops.breaker import CircuitBreaker
+from .ops.metrics import Metrics
+from .runtime.home import data_dir
 from .settings import Exact, Faq, Semantic
 from .stack import Cache, Hit
-from .versions import Stamp
 
 __version__ = "0.1.0"
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .guards import DEFAULT_GUARDS, Guard
-from .policy import TtlPolicy
-from .semantic import Reranker
+from .exact.policy import TtlPolicy
+from .semantic.guards.checks import DEFAULT_GUARDS, Guard
+from .semantic.tier import Reranker
 
 __all__ = ["Exact", "Faq", "Semantic"]
 

@@ -24,22 +24,22 @@ from typing import Any
 
 import msgpack
 
-from .audit import AuditLog
-from .breaker import CircuitBreaker
-from .canonical import canonical
-from .entry import CacheEntry
-from .exact import ExactHit, ExactTier, StoreUnavailable
-from .faq import FaqEntry, FaqStore, question_key
-from .forks import inherited, on_fork
-from .guards import is_cacheable
-from .home import data_dir
-from .metrics import Metrics
-from .question import locate
-from .request import CacheRequest, Turn, memo_bytes
-from .semantic import SemanticHit, SemanticTier
+from .exact.tier import ExactHit, ExactTier, StoreUnavailable
+from .exact.versions import Stamp
+from .faq.store import FaqEntry, FaqStore, question_key
+from .key.entry import CacheEntry
+from .key.question import locate
+from .key.request import CacheRequest, Turn, memo_bytes
+from .ops.breaker import CircuitBreaker
+from .ops.metrics import Metrics
+from .runtime.forks import inherited, on_fork
+from .runtime.home import data_dir
+from .semantic.audit import AuditLog
+from .semantic.guards.canonical import canonical
+from .semantic.guards.checks import is_cacheable
+from .semantic.tier import SemanticHit, SemanticTier
 from .settings import Exact, Faq, Semantic, from_legacy
 from .stores.base import L2Store, PointLog
-from .versions import Stamp
 
 __all__ = ["Cache", "Hit"]
 
@@ -148,7 +148,6 @@ class Cache:
                 vector_path=semantic_.vector_path or _vector_dir(path),
                 store=store if l2 else None,
                 namespace=namespace,
-                refresh_s=exact_.refresh_s,
                 threshold=semantic_.threshold,
                 top_k=semantic_.top_k,
                 guards=semantic_.guards,
@@ -331,7 +330,7 @@ class Cache:
         return self._faq if self._faq is not None and self._faq.count() else None
 
     def _open_faq(self) -> FaqStore:
-        from .embed import get_embedder
+        from .semantic.embed import get_embedder
 
         options = self._faq_options or {}
         return FaqStore(
@@ -343,7 +342,7 @@ class Cache:
 
     def import_faq(self, path: str | Path) -> int:
         """Import curated Q/A (CSV or JSONL) into the FAQ; see ``add_faq``."""
-        from .faq import read_entries
+        from .faq.store import read_entries
 
         return self.add_faq(read_entries(path))
 
@@ -605,13 +604,13 @@ class Cache:
 
     def close(self) -> None:
         self._warming.stop()  # waits for a warm-up under way: it may be creating the index
-        self.exact.close()
-        if self._faq is not None:
-            self._faq.close()
-        if self._semantic is not None:
+        if self._semantic is not None:  # before the store: it sends its last deletions there
             self._semantic.index.close()
             if self._semantic.audit is not None:
                 self._semantic.audit.close()
+        if self._faq is not None:
+            self._faq.close()
+        self.exact.close()
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's vector index and FAQ connection are left alone
@@ -831,9 +830,9 @@ class _Unavailable(Exception):
 
 def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:
     """The semantic tier, or ``None`` with one log line saying why it is off."""
-    from .embed import get_embedder
-    from .stores.replica import ReplicatedIndex
-    from .stores.vectors import QdrantServerIndex
+    from .semantic.embed import get_embedder
+    from .semantic.index.replica import ReplicatedIndex
+    from .semantic.index.vectors import QdrantServerIndex
 
     try:
         embedder = get_embedder(options["embedder"])
@@ -853,7 +852,6 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
                 options["namespace"],
                 embedder.dim,
                 base / _replica_name(store, options["namespace"]),
-                sync_s=options["refresh_s"],
             )
         audit_dir = Path(options["vector_path"] or data_dir())
         audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None

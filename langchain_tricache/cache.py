@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache import Cache, CacheRequest, Hit
-from tricache.tenancy import current_tenant, tenant
+from tricache.key.tenancy import current_tenant, tenant
 
 from .convert import (
     generations_from_payload,

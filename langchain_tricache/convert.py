@@ -17,14 +17,14 @@ import msgpack
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache.conversation import (
+from tricache.key.conversation import (
     Conversation,
     canonical_calls,
     canonical_meta,
     plain,
     split_conversation,
 )
-from tricache.memo import ENTRY_BYTES, Memo, text_size
+from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 
 __all__ = [
     "generations_from_payload",

@@ -1,7 +1,7 @@
 """``tricache demo`` through LangChain: a stand-in chat model behind ``TriCache``.
 
-The workload (tricache.demo) knows the right answer of every request; the stand-in model answers
-it after a realistic latency, and every answer the cache serves instead is scored.
+The workload (tricache.tools.demo) knows the right answer of every request; the stand-in model
+answers it after a realistic latency, and every answer the cache serves instead is scored.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from tricache import Cache
-from tricache.demo import SYSTEM, DemoReport, workload
+from tricache.tools.demo import SYSTEM, DemoReport, workload
 
 from .cache import TriCache
 

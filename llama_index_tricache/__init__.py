@@ -16,7 +16,7 @@ except ImportError as exc:  # the adapter is an extra: name it
     ) from exc
 
 from tricache import Cache
-from tricache.tenancy import current_tenant, tenant
+from tricache.key.tenancy import current_tenant, tenant
 
 from .embedding import TriCacheEmbedding
 from .llm import TriCacheLLM

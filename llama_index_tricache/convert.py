@@ -24,14 +24,14 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 
-from tricache.conversation import (
+from tricache.key.conversation import (
     Conversation,
     canonical_calls,
     canonical_meta,
     plain,
     split_conversation,
 )
-from tricache.request import context_token
+from tricache.key.request import context_token
 
 __all__ = [
     "chat_from_payload",

@@ -8,14 +8,14 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 
-from tricache.embed import get_embedder
+from tricache.semantic.embed import get_embedder
 
 __all__ = ["TriCacheEmbedding"]
 
 
 class TriCacheEmbedding(BaseEmbedding):
     """``TriCacheEmbedding()`` uses the default multilingual model (``"use-m"``); any name
-    :func:`tricache.embed.get_embedder` knows works (``"e5-small-q4"``, a local path …)."""
+    :func:`tricache.semantic.embed.get_embedder` knows works (``"e5-small-q4"``, a local path …)."""
 
     _embedder: Any = PrivateAttr()
 

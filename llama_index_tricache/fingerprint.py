@@ -24,7 +24,7 @@ from llama_index.core.storage.index_store.types import BaseIndexStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, VectorStore
 from pydantic import BaseModel
 
-from tricache.request import context_token
+from tricache.key.request import context_token
 
 from .convert import llm_key
 

@@ -37,9 +37,9 @@ from llama_index.core.prompts import BasePromptTemplate
 from pydantic import Field, PrivateAttr, SerializeAsAny
 
 from tricache import Cache, CacheRequest, Hit, Stamp
-from tricache.coalesce import Coalescer
-from tricache.conversation import Conversation, stream_pieces
-from tricache.tenancy import current_tenant
+from tricache.exact.coalesce import Coalescer
+from tricache.key.conversation import Conversation, stream_pieces
+from tricache.key.tenancy import current_tenant
 
 from .convert import (
     chat_from_payload,

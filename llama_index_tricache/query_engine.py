@@ -28,9 +28,9 @@ from llama_index.core.base.response.schema import (
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from tricache import Cache, CacheRequest, Hit, Stamp
-from tricache.conversation import plain, stream_pieces
-from tricache.request import context_token
-from tricache.tenancy import current_tenant
+from tricache.key.conversation import plain, stream_pieces
+from tricache.key.request import context_token
+from tricache.key.tenancy import current_tenant
 
 from .fingerprint import engine_fingerprint
 

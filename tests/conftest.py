@@ -144,7 +144,7 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def roles_of_two_coalescers(store: Any, key: str, hold: float = 0.1) -> list[bool]:
     """Two coalescers on one store (as two processes would have) take a turn on ``key`` at
     once; returns who led (sorted), after checking the store lock was released."""
-    from tricache.coalesce import Coalescer
+    from tricache.exact.coalesce import Coalescer
 
     coalescers = [Coalescer(store, timeout=5, poll=0.01) for _ in range(2)]
     roles: list[bool] = []

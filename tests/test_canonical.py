@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tricache import Cache
-from tricache.canonical import canonical
-from tricache.guards import check
-from tricache.request import exact_key
+from tricache.key.request import exact_key
+from tricache.semantic.guards.canonical import canonical
+from tricache.semantic.guards.checks import check
 
 STRIPPED = [
     # (as typed, canonical)

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tricache import Cache
-from tricache.cli import app
+from tricache.tools.cli import app
 
 from conftest import REDIS_URL
 
@@ -216,7 +216,7 @@ def test_unexpected_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch)
     def broken() -> None:
         raise TypeError("a bug")
 
-    monkeypatch.setattr("tricache.cli.data_dir", broken)
+    monkeypatch.setattr("tricache.tools.cli.data_dir", broken)
     result = runner.invoke(app, ["info"])
     assert isinstance(result.exception, TypeError)
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from tricache import Cache, TtlPolicy
-from tricache.entry import SCHEMA_VERSION, CacheEntry, encode_entry
+from tricache.key.entry import SCHEMA_VERSION, CacheEntry, encode_entry
 
 from conftest import CacheFactory
 

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tricache import Cache
-from tricache.cli import app
-from tricache.embed import get_embedder
-from tricache.faq import FaqEntry, FaqStore, read_entries
-from tricache.guards import DEFAULT_GUARDS
+from tricache.faq.store import FaqEntry, FaqStore, read_entries
+from tricache.semantic.embed import get_embedder
+from tricache.semantic.guards.checks import DEFAULT_GUARDS
+from tricache.tools.cli import app
 
 ENTRIES = [
     FaqEntry("How do I delete my Facebook account?", "Settings > Account > Delete.",

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tricache import Cache
-from tricache.breaker import CircuitBreaker
+from tricache.ops.breaker import CircuitBreaker
 
 from conftest import RedisServer
 

@@ -18,8 +18,8 @@ import pytest
 import redis
 
 from tricache import Cache
-from tricache.breaker import CircuitBreaker
-from tricache.faq import FaqEntry
+from tricache.faq.store import FaqEntry
+from tricache.ops.breaker import CircuitBreaker
 
 from conftest import RedisServer
 from procs import serve_until_told
@@ -358,8 +358,8 @@ def test_tags_have_no_cap_and_a_poll_reads_only_what_changed(tmp_path: Path) -> 
 def test_the_watermark_is_on_the_store_clock_whatever_the_client_clocks(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tricache.exact
-    import tricache.versions
+    import tricache.exact.tier
+    import tricache.exact.versions
 
     class Behind:  # this host's clock runs two minutes late
         def __getattr__(self, name: str) -> Any:
@@ -370,8 +370,8 @@ def test_the_watermark_is_on_the_store_clock_whatever_the_client_clocks(
             return time.time() - 120
 
     late, admin = _cache(server.url), _cache(server.url)
-    monkeypatch.setattr(tricache.versions, "time", Behind())
-    monkeypatch.setattr(tricache.exact, "time", Behind())
+    monkeypatch.setattr(tricache.exact.versions, "time", Behind())
+    monkeypatch.setattr(tricache.exact.tier, "time", Behind())
     _write(late, "old")
     floor = admin.set_min_watermark()  # the store's "now"
     assert abs(floor - time.time()) < 5

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tricache import entities
-from tricache.guards import analyze, check, is_cacheable, use_entity_recognizer
+from tricache.semantic.guards.checks import analyze, check, is_cacheable, use_entity_recognizer
 
 REFUSED = [
     # (cached question, new question, the guard that must refuse)
@@ -218,7 +218,7 @@ def test_unknown_recognizer_is_a_clear_error() -> None:
 
 
 def test_an_irregular_form_stems_as_its_base_does() -> None:
-    from tricache.guards import _stem
+    from tricache.semantic.guards.checks import _stem
 
     assert _stem("made") == _stem("make") and _stem("lost") == _stem("lose")
     assert _stem("did") == _stem("do")

@@ -9,7 +9,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tricache.cli import app
 from tricache.kv import (
     PrefixBackend,
     TransformersBackend,
@@ -18,7 +17,8 @@ from tricache.kv import (
     suggest_max_model_len,
 )
 from tricache.kv.tiny import build_tiny_llama
-from tricache.metrics import Metrics
+from tricache.ops.metrics import Metrics
+from tricache.tools.cli import app
 
 SYSTEM = "You are a helpful support assistant for ACME. Answer briefly, cite the policy. " * 12
 QUESTIONS = ["How do refunds work?", "Where do orders ship from?", "Why did my account lock?"]
@@ -197,7 +197,7 @@ def test_prefix_hit_ratio_is_a_golden_signal(tiny_model: Path, tmp_path: Path) -
     from prometheus_client.parser import text_string_to_metric_families
 
     from tricache import Cache
-    from tricache.prometheus import exposition
+    from tricache.ops.prometheus import exposition
 
     with Cache(path=tmp_path / "g.sqlite3", semantic=False) as core:
         backend = TransformersBackend(str(tiny_model), metrics=core.metrics)

@@ -201,7 +201,7 @@ def test_a_tampered_payload_is_a_miss_not_an_import(core: Cache) -> None:
 
 
 def test_faq_answers_reach_chat_models_and_llms(core: Cache) -> None:
-    from tricache.faq import FaqEntry
+    from tricache.faq.store import FaqEntry
 
     core.add_faq([FaqEntry("What is your uptime SLA?", "99.95% monthly.")])
     cache = TriCache(cache=core)

@@ -30,7 +30,7 @@ from pydantic import PrivateAttr
 from llama_index_tricache import CachedQueryEngine, TriCacheEmbedding, TriCacheLLM, tenant
 from llama_index_tricache.convert import llm_key, servable_to_look_alikes
 from tricache import Cache, CacheRequest
-from tricache.conversation import stream_pieces
+from tricache.key.conversation import stream_pieces
 
 
 class ScriptedLLM(CustomLLM):

@@ -8,8 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from tricache import Cache
-from tricache.cli import app
-from tricache.prometheus import exposition
+from tricache.ops.prometheus import exposition
+from tricache.tools.cli import app
 
 
 def _hits(cache: Cache) -> dict[str, float]:

@@ -62,7 +62,7 @@ def test_warm_true_blocks_until_the_tiers_are_open(
 def test_long_prompts_are_bounded_misses_for_the_faq_and_the_semantic_tier(
     tmp_path: Path,
 ) -> None:
-    from tricache.faq import FaqEntry
+    from tricache.faq.store import FaqEntry
 
     cache = Cache(path=tmp_path / "big.sqlite3")
     cache.add_faq([FaqEntry("How do I reset my password?", "Settings > Security.")])
@@ -217,7 +217,7 @@ def test_the_bloom_filter_takes_adds_and_reads_while_it_catches_up(tmp_path: Pat
     adds and reads from request threads must neither fail nor wait for the store."""
     import sqlite3
 
-    from tricache.bloom import KeyFilter
+    from tricache.exact.bloom import KeyFilter
     from tricache.stores.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "bloom.sqlite3")

@@ -207,7 +207,7 @@ def test_normalize_is_idempotent_on_real_questions() -> None:
 
 
 def test_the_conversation_keeps_its_structure() -> None:
-    from tricache.conversation import split_conversation
+    from tricache.key.conversation import split_conversation
 
     def request(messages: list[tuple[str, str, str]]) -> CacheRequest:
         c = split_conversation(messages)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tricache import Cache
-from tricache.question import locate
+from tricache.key.question import locate
 
 CONTEXT = (
     "The Eiffel Tower is a wrought-iron lattice tower in Paris. It is 330 metres tall and was "

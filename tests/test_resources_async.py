@@ -27,12 +27,12 @@ from llama_index.core.llms import CustomLLM
 from pydantic import Field
 
 import langchain_tricache.convert
-import tricache.request
+import tricache.key.request
 from langchain_tricache import CachedChatModel
 from langchain_tricache.convert import parse_memo_bytes, parse_prompt
 from llama_index_tricache import TriCacheLLM
 from tricache import Cache, CacheRequest, Turn, exact_key
-from tricache.request import memo_bytes
+from tricache.key.request import memo_bytes
 from tricache.stores.redis import RedisStore
 
 from conftest import REDIS_URL, RedisServer, free_port
@@ -464,9 +464,10 @@ def test_the_fingerprint_memos_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPa
     """4,096 conversations of ~100 KB each: the memos keep digests of long texts, so what
     they hold stays within their byte bounds, and ``memo_bytes()`` says what they hold."""
     # normalization is not what is measured here: a cheap stand-in that still makes a copy
-    monkeypatch.setattr(tricache.request, "normalize", lambda text, volatile=False: text.upper())
+    upper = lambda text, volatile=False: text.upper()  # noqa: E731
+    monkeypatch.setattr(tricache.key.request, "normalize", upper)
     filler = "中" + "x" * 998  # two bytes a character: a memo that keeps texts shows at once
-    for memo in (*tricache.request._PIECES, tricache.request._QUERIES):
+    for memo in (*tricache.key.request._PIECES, tricache.key.request._QUERIES):
         memo.clear()  # what is evicted must have been traced, or the comparison is off
 
     def conversations() -> None:

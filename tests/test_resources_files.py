@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tricache import Cache
-from tricache.audit import AuditLog
-from tricache.faq import FaqEntry
-from tricache.home import data_dir, private_tree
+from tricache.faq.store import FaqEntry
+from tricache.runtime.home import data_dir, private_tree
+from tricache.semantic.audit import AuditLog
 from tricache.stores.sqlite import SQLiteStore
 
 
@@ -110,7 +110,7 @@ def test_loose_files_of_ours_are_tightened_once_and_others_left_alone(
     can_chown = os.getuid() == 0
     if can_chown:
         os.chown(foreign, 65534, 65534)
-    caplog.set_level(logging.WARNING, logger="tricache.home")
+    caplog.set_level(logging.WARNING, logger="tricache.runtime.home")
     with Cache(namespace="loose", semantic=False) as cache:
         cache.update(cache.request("q"), "a")
         assert _mode(exact) == 0o600 and _mode(home / "exact.sqlite3-wal") == 0o600
@@ -133,7 +133,7 @@ def test_loose_files_of_ours_are_tightened_once_and_others_left_alone(
 # audit hashes -------------------------------------------------------------------------------
 _HASH_IN_CHILD = """
 import sys
-from tricache.audit import AuditLog
+from tricache.semantic.audit import AuditLog
 log = AuditLog(sys.argv[1])
 log.record({"query_hash": sys.argv[2]})
 log.close()

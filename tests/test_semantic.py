@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tricache import Cache
-from tricache.embed import CachedEmbedder, get_embedder
-from tricache.stores.vectors import EdgeIndex
+from tricache.semantic.embed import CachedEmbedder, get_embedder
+from tricache.semantic.index.vectors import EdgeIndex
 
 from procs import open_cache_and_report
 
@@ -333,7 +333,7 @@ def test_packaged_embedders_load_offline_and_rank_paraphrases_first(
 
 
 def test_unknown_embedder_falls_back_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    from tricache.semantic import UNCALIBRATED_THRESHOLD, SemanticTier
+    from tricache.semantic.tier import UNCALIBRATED_THRESHOLD, SemanticTier
 
     class Plain:
         name, dim = "my-model", 3

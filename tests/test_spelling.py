@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tricache.guards import check
-from tricache.spelling import is_english_word, is_lower_case_word, reconcile
+from tricache.semantic.guards.checks import check
+from tricache.semantic.guards.spelling import is_english_word, is_lower_case_word, reconcile
 
 SAME_WORD = [
     # typos: a non-word one edit from a word the other side has
@@ -97,7 +97,7 @@ def test_lower_case_words_are_told_from_names() -> None:
 
 
 def test_american_forms_of_british_spellings() -> None:
-    from tricache.british import american
+    from tricache.semantic.guards.british import american
 
     assert american("colour") == "color" and american("theatres") == "theaters"
     assert american("realise") == "realize" and american("travelled") == "traveled"

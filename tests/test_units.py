@@ -18,7 +18,7 @@ from tricache import (
     TtlPolicy,
     exact_key,
 )
-from tricache.entry import SCHEMA_VERSION, decode_entry, encode_entry
+from tricache.key.entry import SCHEMA_VERSION, decode_entry, encode_entry
 from tricache.stores.memory import TTLLRU
 
 
@@ -212,8 +212,8 @@ def test_a_served_payload_is_the_callers_own_copy(tmp_path: Path) -> None:
 
 
 def test_a_partial_catch_up_does_not_verify_a_view() -> None:
+    from tricache.exact.versions import VersionView
     from tricache.stores.base import VersionState
-    from tricache.versions import VersionView
 
     view = VersionView()
     asked = (time.time(), time.monotonic())
@@ -224,8 +224,8 @@ def test_a_partial_catch_up_does_not_verify_a_view() -> None:
 
 
 def test_a_view_is_verified_by_the_monotonic_clock_not_the_wall_clock() -> None:
+    from tricache.exact.versions import VersionView
     from tricache.stores.base import VersionState
-    from tricache.versions import VersionView
 
     view = VersionView(max_lag=2.0)
     wall_an_hour_ahead = time.time() + 3600  # the wall clock stepped during the poll
@@ -235,8 +235,8 @@ def test_a_view_is_verified_by_the_monotonic_clock_not_the_wall_clock() -> None:
 
 
 def test_epochs_only_move_forward_in_a_view() -> None:
+    from tricache.exact.versions import VersionView
     from tricache.stores.base import VersionState
-    from tricache.versions import VersionView
 
     view = VersionView()
     now = (time.time(), time.monotonic())

@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from tricache import Cache
+from tricache.semantic.index.replica import ReplicatedIndex, encode_point
 from tricache.stores.redis import RedisStore
-from tricache.stores.replica import ReplicatedIndex, encode_point
 from tricache.stores.sqlite import SQLiteStore
 
 from conftest import REDIS_URL, RedisServer

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..metrics import Metrics
+from ..ops.metrics import Metrics
 
 __all__ = ["KVResult", "Message", "PrefixBackend", "PrefixStats"]
 

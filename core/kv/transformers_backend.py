@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..metrics import Metrics
+from ..ops.metrics import Metrics
 from .backend import KVResult, Message, PrefixStats, require
 from .layout import PromptLayout
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..metrics import Metrics
+from ..ops.metrics import Metrics
 from .backend import KVResult, Message, PrefixStats, require
 from .layout import PromptLayout
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ..forks import on_fork
+from ..runtime.forks import on_fork
 
 __all__ = ["TTLLRU"]
 

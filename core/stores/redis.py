@@ -41,7 +41,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..forks import on_fork
+from ..runtime.forks import on_fork
 from .base import DamagedState, PointChanges, Record, VersionState, WrittenKeys
 
 __all__ = ["RedisStore"]
@@ -199,6 +199,7 @@ class RedisStore:
         self._log_length = write_log_length
         self._point_log_length = point_log_length
         self._sync_client: Any = None
+        self._bulk_client: Any = None
         self._lock = threading.Lock()
         # loop -> (client, the async generator that closes it when the loop shuts down)
         self._async: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
@@ -224,6 +225,18 @@ class RedisStore:
                     client.tricache = _register(client)
                     self._sync_client = client
         return self._sync_client
+
+    @property
+    def _bulk(self) -> Any:
+        """A sync client for bulk reads off the request path (a replica's rebuild and log
+        reads): a longer timeout, so a loaded server slows them instead of failing them."""
+        if self._bulk_client is None:
+            with self._lock:
+                if self._bulk_client is None:
+                    timeout = max(self.timeout, _BULK_TIMEOUT_S)
+                    options = {**self._options, "socket_timeout": timeout}
+                    self._bulk_client = self._client(redis, **options)
+        return self._bulk_client
 
     def _client(self, module: Any, **options: Any) -> Any:
         if self.cluster:
@@ -401,19 +414,19 @@ class RedisStore:
     def clear_points(self, namespace: str) -> None:
         """Points first, then the log: a reader that loses the log rebuilds from what is left."""
         for batch in _batches(self._point_keys(namespace), 500):
-            self._sync.unlink(*batch)
-        self._sync.unlink(_point_log(namespace))
+            self._bulk.unlink(*batch)
+        self._bulk.unlink(_point_log(namespace))
 
     def point_head(self, namespace: str) -> str:
         try:
-            info = self._sync.xinfo_stream(_point_log(namespace))
+            info = self._bulk.xinfo_stream(_point_log(namespace))
         except redis.ResponseError:  # no log yet
             return "0-0"
         return _text(info["last-generated-id"])
 
     def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]:
         for batch in _batches(self._point_keys(namespace), 500):
-            for key, value in zip(batch, self._sync.mget(batch), strict=True):
+            for key, value in zip(batch, self._bulk.mget(batch), strict=True):
                 if value is not None:  # expired between SCAN and MGET
                     yield key[-_POINT_ID_CHARS:], value
 
@@ -421,7 +434,7 @@ class RedisStore:
         if not cursor:  # never read: only a rebuild knows where to start
             return PointChanges([], cursor, False)
         stream = _point_log(namespace)
-        pipe = self._sync.pipeline(transaction=False)
+        pipe = self._bulk.pipeline(transaction=False)
         pipe.xinfo_stream(stream)
         pipe.xrange(stream, min=f"({cursor}", max="+", count=_POINTS_PER_READ)
         info, entries = pipe.execute(raise_on_error=False)
@@ -432,13 +445,13 @@ class RedisStore:
         if not _continues(info, cursor):
             return PointChanges([], cursor, False)
         ids = list(dict.fromkeys(_text(fields[b"i"]) for _, fields in entries))
-        values = self._sync.mget([_point_key(namespace, i) for i in ids]) if ids else []
+        values = self._bulk.mget([_point_key(namespace, i) for i in ids]) if ids else []
         new_cursor = _text(entries[-1][0]) if entries else cursor
         return PointChanges(list(zip(ids, values, strict=True)), new_cursor, True)
 
     def _point_keys(self, namespace: str) -> Iterator[str]:
         pattern = _glob_escape(f"tricache:{{{namespace}}}:p:") + "*"
-        for raw in self._sync.scan_iter(match=pattern, count=1000):
+        for raw in self._bulk.scan_iter(match=pattern, count=1000):
             yield _text(raw)
 
     # locks (request coalescing across processes) -------------------------------------------
@@ -493,8 +506,9 @@ class RedisStore:
         the loop waits for it), those of idle loops by running it, those of closed loops are
         dropped."""
         self._stopped.set()
-        if self._sync_client is not None:
-            self._sync_client.close()
+        for client in (self._sync_client, self._bulk_client):
+            if client is not None:
+                client.close()
         with self._lock:
             self._drop_closed_loops()
             held = list(self._async.items())
@@ -604,6 +618,7 @@ def _wlog(key: str) -> str:
 
 
 _POINT_ID_CHARS = 36  # a UUID's text
+_BULK_TIMEOUT_S = 5.0
 _POINTS_PER_READ = 2000
 
 

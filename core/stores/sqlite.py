@@ -14,8 +14,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..forks import hold_across_fork, inherited, on_fork
-from ..home import private_sqlite
+from ..runtime.forks import hold_across_fork, inherited, on_fork
+from ..runtime.home import private_sqlite
 from .base import PointChanges, Record, VersionState, WrittenKeys
 
 __all__ = ["SQLiteStore"]

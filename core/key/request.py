@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
-from .memo import ENTRY_BYTES, Memo, text_size
+from ..runtime.memo import ENTRY_BYTES, Memo, text_size
 from .normalize import normalize
 
 __all__ = [

@@ -30,17 +30,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..exact.tier import StoreUnavailable
+from ..key.entry import CacheEntry
+from ..key.question import Located, locate
+from ..key.request import CacheRequest, context_fingerprint
+from ..ops.metrics import Metrics
 from .audit import AuditLog
-from .canonical import canonical
 from .embed import Embedder
-from .entry import CacheEntry
-from .exact import StoreUnavailable
-from .guards import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
-from .metrics import Metrics
-from .question import Located, locate
-from .request import CacheRequest, context_fingerprint
-from .spelling import corrected, reconcile
-from .stores.vectors import Candidate, VectorIndex
+from .guards.canonical import canonical
+from .guards.checks import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
+from .guards.spelling import corrected, reconcile
+from .index.vectors import Candidate, VectorIndex
 
 __all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier", "embedded_text"]
 

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .stores.base import L2Store
+from ..stores.base import L2Store
 
 __all__ = ["Coalescer"]
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from rbloom import Bloom
 
-from .forks import on_fork
-from .stores.base import L2Store
+from ..runtime.forks import on_fork
+from ..stores.base import L2Store
 
 __all__ = ["KeyFilter"]
 

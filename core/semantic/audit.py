@@ -24,8 +24,8 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
-from .forks import hold_across_fork
-from .home import installation_secret, private_sqlite
+from ..runtime.forks import hold_across_fork
+from ..runtime.home import installation_secret, private_sqlite
 
 __all__ = ["AuditLog"]
 

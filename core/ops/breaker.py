@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .forks import on_fork
+from ..runtime.forks import on_fork
 
 __all__ = ["CircuitBreaker"]
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from .canonical import canonical
-from .embed import Embedder
-from .forks import hold_across_fork
-from .guards import DEFAULT_GUARDS, Guard, check
-from .home import private_sqlite
-from .request import normalize_query, text_bytes
+from ..key.request import normalize_query, text_bytes
+from ..runtime.forks import hold_across_fork
+from ..runtime.home import private_sqlite
+from ..semantic.embed import Embedder
+from ..semantic.guards.canonical import canonical
+from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
 

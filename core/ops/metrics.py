@@ -6,7 +6,7 @@ import threading
 from collections import Counter, defaultdict, deque
 from typing import Any
 
-from .forks import on_fork
+from ..runtime.forks import on_fork
 
 __all__ = ["Metrics"]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ...key.normalize import Form, form
 from . import entities
 from .canonical import canonical
 from .lexicon import (
@@ -42,7 +43,6 @@ from .lexicon import (
     ZH_NOT_NUMBERS,
     ZH_UNITS,
 )
-from .normalize import Form, form
 from .roles import negated_verb, person
 from .spelling import is_lower_case_word, reconcile
 
@@ -114,10 +114,12 @@ def use_entity_recognizer(mode: entities.Mode) -> None:
 
 
 def warm_up() -> None:
-    """Load the models the guards use (jieba's tagger, spaCy if installed) now rather than on
-    the first lookup, which would wait seconds for them."""
+    """Load the models and word lists the guards use (jieba's tagger, spaCy if installed,
+    the spelling word counts) now rather than on the first lookup, which would wait for them."""
     analyze("Warm up the guards before the first lookup?")
     analyze("先加载分词词典")
+    is_lower_case_word("warm")
+    reconcile("how do i warm up", "How do I warm up?")
 
 
 def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:

@@ -2,7 +2,7 @@
 
 The collector reads ``cache.stats()`` when scraped; nothing is added to the lookup path.
 
-    from tricache.prometheus import serve
+    from tricache.ops.prometheus import serve
     serve(cache, port=9464)          # http://host:9464/metrics
 
 Names: ``tricache_lookups_total{tier}``, ``tricache_hits_total{tier,level}``,

@@ -24,15 +24,15 @@ from typing import Any
 
 import msgpack
 
+from ..key.entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
+from ..key.request import CacheRequest, exact_key
+from ..ops.breaker import CircuitBreaker
+from ..ops.metrics import Metrics
+from ..runtime.forks import on_fork
+from ..stores.base import DamagedState, L2Store, VersionState
+from ..stores.memory import TTLLRU
 from .bloom import KeyFilter
-from .breaker import CircuitBreaker
-from .entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
-from .forks import on_fork
-from .metrics import Metrics
 from .policy import TtlPolicy
-from .request import CacheRequest, exact_key
-from .stores.base import DamagedState, L2Store, VersionState
-from .stores.memory import TTLLRU
 from .upkeep import Upkeep
 from .versions import KB, MIN_WATERMARK, Stamp, VersionView, tag_meta
 

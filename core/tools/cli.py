@@ -20,9 +20,9 @@ from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperGroup
 
-from .home import data_dir
-from .metrics import Metrics
-from .stack import Cache
+from ..ops.metrics import Metrics
+from ..runtime.home import data_dir
+from ..stack import Cache
 
 
 class CliError(Exception):
@@ -99,7 +99,7 @@ def _open(redis_url: str | None, path: Path | None, namespace: str, **kw: Any) -
     if redis_url:
         _check_redis(redis_url)
         return Cache(redis_url=redis_url, path=path, namespace=namespace, **kw)
-    from .stores.sqlite import SQLiteStore
+    from ..stores.sqlite import SQLiteStore
 
     file = path or data_dir() / "exact.sqlite3"
     if file.is_dir():
@@ -152,7 +152,7 @@ def _maintenance(redis_url: str | None, path: Path | None, namespace: str) -> Ca
 
 def _check_embedder(name: str | None) -> None:
     """Unknown models fail now, not after minutes of Hugging Face hub retries."""
-    from .embed import _BUILTIN
+    from ..semantic.embed import _BUILTIN
 
     if name is None or name in _BUILTIN or Path(name).exists():
         return
@@ -348,7 +348,7 @@ def calibrate(
     limit: Annotated[int | None, typer.Option()] = None,
 ) -> None:
     """Precision, recall and hit rate per threshold; the lowest threshold that meets the target."""
-    from .embed import get_embedder
+    from ..semantic.embed import get_embedder
     from .evaluate import calibrate as run_calibration
 
     if plot is not None:
@@ -400,7 +400,7 @@ def audit(
     path: Annotated[Path | None, typer.Option(help="audit.sqlite3 (default: data dir)")] = None,
 ) -> None:
     """Show the latest semantic decisions (or feedback) from the audit log."""
-    from .audit import AuditLog
+    from ..semantic.audit import AuditLog
 
     log_path = path or data_dir() / "audit.sqlite3"
     if not log_path.exists():
@@ -425,7 +425,7 @@ def faq_import(
     namespace: Namespace = "default",
 ) -> None:
     """Import question/answer pairs (columns: question, answer[, paraphrases, tags, lang])."""
-    from .faq import read_entries
+    from ..faq.store import read_entries
 
     entries = read_entries(file)
     if not entries:
@@ -469,8 +469,8 @@ def metrics(
     namespace: Namespace = "default",
 ) -> None:
     """Prometheus metrics of a cache opened by this command (apps serve their own cache with
-    ``tricache.prometheus.serve(cache, port)``)."""
-    from .prometheus import exposition, serve
+    ``tricache.ops.prometheus.serve(cache, port)``)."""
+    from ..ops.prometheus import exposition, serve
 
     with _open(redis_url, path, namespace) as cache:
         if once:
@@ -499,7 +499,7 @@ def kv_budget_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """KV-cache memory of a model: per token, per request and for a concurrency level."""
-    from .kv import kv_budget, suggest_max_model_len
+    from ..kv import kv_budget, suggest_max_model_len
 
     try:
         budget = kv_budget(config, tokens, concurrency=concurrency, block_size=block_size,

@@ -18,9 +18,9 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from .entry import CacheEntry
-from .forks import on_fork
-from .stores.base import VersionState
+from ..key.entry import CacheEntry
+from ..runtime.forks import on_fork
+from ..stores.base import VersionState
 
 __all__ = ["KB", "MIN_WATERMARK", "Stamp", "VersionView", "tag_meta"]
 

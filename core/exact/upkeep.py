@@ -14,7 +14,7 @@ import threading
 import weakref
 from typing import Protocol
 
-from .forks import on_fork
+from ..runtime.forks import on_fork
 
 __all__ = ["Upkeep"]
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .guards import DEFAULT_GUARDS, Guard, check
-from .semantic import embedded_text
-from .stack import Cache
+from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
+from ..semantic.tier import embedded_text
+from ..stack import Cache
 
 __all__ = ["Pair", "calibrate", "evaluate_pairs", "plot_calibration", "read_pairs"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .lexicon import RELATIONS_EN
 
 if TYPE_CHECKING:
-    from .guards import Analysis
+    from .checks import Analysis
 
 __all__ = ["negated_verb", "person"]
 

@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..forks import hold_across_fork, inherited
-from ..home import private_tree
+from ...runtime.forks import hold_across_fork, inherited
+from ...runtime.home import private_tree
 
 __all__ = [
     "Candidate",
@@ -173,13 +173,14 @@ class EdgeIndex:
     """
 
     name = "qdrant-edge"
+    OPTIMIZE_EVERY = 5000
 
     def __init__(
         self,
         path: str | Path,
         dim: int,
         *,
-        optimize_every: int = 5000,
+        optimize_every: int = OPTIMIZE_EVERY,
         min_free_bytes: int = 64 * 2**20,
     ) -> None:
         self.path = Path(path)
@@ -276,6 +277,13 @@ class EdgeIndex:
         """Write what the engine holds in memory to its files."""
         with self._write_lock:
             self._shard.flush()
+
+    def optimize_every(self, points: int, *, now: bool = False) -> None:
+        """Optimize after every ``points`` new points from now on (and at once if ``now``)."""
+        with self._write_lock:
+            self._optimize_every = points
+        if now and not self._optimizing.is_set():
+            self._start_optimize()
 
     def optimize(self) -> None:
         """Build the HNSW index now (blocking); searches keep being answered meanwhile."""

@@ -34,9 +34,9 @@ from typing import Any, BinaryIO
 import msgpack
 import numpy as np
 
-from ..forks import on_fork
-from ..home import private_dir, private_file
-from .base import PointLog
+from ...runtime.forks import on_fork
+from ...runtime.home import private_dir, private_file
+from ...stores.base import PointLog
 from .vectors import Candidate, EdgeIndex
 
 __all__ = ["CorruptPoint", "ReplicatedIndex", "decode_point", "encode_point"]
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 _FORMAT = 1
 _BATCH = 1000  # points per rebuild step
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
+_NEVER = 2**62
 
 
 class CorruptPoint(ValueError):
@@ -97,7 +98,7 @@ class ReplicatedIndex:
         dim: int,
         base: str | Path,
         *,
-        sync_s: float = 0.5,
+        sync_s: float = 0.1,
         flush_s: float = 10.0,
     ) -> None:
         self.store = store
@@ -248,21 +249,27 @@ class ReplicatedIndex:
 
     def _rebuild(self) -> int:
         """A new replica from the store, built beside the one in use (searches go on there)
-        and swapped in whole."""
+        and swapped in whole; its HNSW graph is built once, at the end, in the background."""
         assert self.store is not None
         self.rebuilds += 1
         head = self.store.point_head(self.namespace)  # before the scan: nothing falls between
-        fresh = EdgeIndex(self._slot.new_shard(), self.dim)
+        fresh = EdgeIndex(self._slot.new_shard(), self.dim, optimize_every=_NEVER)
         count = 0
-        for batch in _chunks(self.store.scan_points(self.namespace), _BATCH):
-            points = []
-            for point_id, data in batch:
-                decoded = self._decoded(point_id, data)
-                if decoded is not None:
-                    points.append((point_id, *decoded))
-            fresh.upsert_many(points)
-            count += len(points)
+        try:
+            for batch in _chunks(self.store.scan_points(self.namespace), _BATCH):
+                points = []
+                for point_id, data in batch:
+                    decoded = self._decoded(point_id, data)
+                    if decoded is not None:
+                        points.append((point_id, *decoded))
+                fresh.upsert_many(points)
+                count += len(points)
+        except BaseException:  # the store failed mid-scan: the next sync starts again
+            fresh.close()
+            shutil.rmtree(fresh.path, ignore_errors=True)
+            raise
         fresh.delete(list(self._doomed))  # deleted here meanwhile, not yet in the store
+        fresh.optimize_every(EdgeIndex.OPTIMIZE_EVERY, now=count >= EdgeIndex.OPTIMIZE_EVERY)
         self._retire(self._local)
         self._local, self.cursor = fresh, head
         self._persist()

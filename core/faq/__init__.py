@@ -1,0 +1,1 @@
+"""The curated FAQ fallback."""

@@ -1,0 +1,1 @@
+"""Operating the cache: metrics, Prometheus exposition, the circuit breaker."""

@@ -1,0 +1,1 @@
+"""Process plumbing: forks, the private data directory, bounded memos."""

@@ -1,0 +1,1 @@
+"""The semantic tier: embedders, the vector index, the guards, the audit log."""

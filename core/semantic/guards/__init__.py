@@ -1,0 +1,1 @@
+"""The guards that refuse look-alike questions, and their word lists."""
