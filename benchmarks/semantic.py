@@ -672,8 +672,8 @@ def _write_workers_report(
 ) -> None:
     done = [r for r in rows if "error" not in r]
     states = {
-        "cold start: fresh slots": "just started: fresh slots rebuilt, HNSW building",
-        "restart: slots reused": "restarted: slots reused, HNSW built",
+        "cold start: fresh slots": "just started: fresh slots rebuilt from the store",
+        "restart: slots reused": "restarted: slots reused, caught up",
         "one shared index": "one index in the server (FLAT, its default)",
     }
     lookups = [
