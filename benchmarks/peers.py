@@ -62,7 +62,17 @@ class RedisVLPeer:
 
     name = "RedisVL SemanticCache"
 
-    def __init__(self, embed: Embed, dim: int, url: str, distance_threshold: float = 0.2) -> None:
+    def __init__(
+        self,
+        embed: Embed,
+        dim: int,
+        url: str,
+        distance_threshold: float = 0.2,
+        *,
+        name: str | None = None,
+        overwrite: bool = True,
+    ) -> None:
+        """``name`` and ``overwrite=False`` open an index another process made (a worker)."""
         from redisvl.extensions.cache.llm import SemanticCache
         from redisvl.utils.vectorize import CustomTextVectorizer
 
@@ -71,15 +81,31 @@ class RedisVLPeer:
             embed_many=lambda texts: embed(texts).tolist(),
         )
         self.cache = SemanticCache(
-            name=f"bench{int(time.time() * 1000)}",
+            name=name or f"bench{int(time.time() * 1000)}",
             redis_url=url,
             distance_threshold=distance_threshold,
             vectorizer=vectorizer,
-            overwrite=True,
+            overwrite=overwrite,
         )
 
     def add(self, question: str, answer: str, vector: np.ndarray) -> None:
         self.cache.store(question, answer, vector=vector.tolist())
+
+    def add_many(self, entries: Sequence[tuple[str, str, np.ndarray]]) -> None:
+        """What ``add`` stores, in pipelined batches (RedisVL's own loader)."""
+        from redisvl.extensions.cache.llm.schema import CacheEntry
+
+        dtype = self.cache._vectorizer.dtype
+        records = [
+            CacheEntry(
+                entry_id=self.cache._make_entry_id(question, None),
+                prompt=question,
+                response=answer,
+                prompt_vector=vector.tolist(),
+            ).to_dict(dtype)
+            for question, answer, vector in entries
+        ]
+        self.cache._index.load(data=records, id_field="entry_id", batch_size=500)
 
     def lookup(self, question: str) -> Any:
         return self.cache.check(question)

