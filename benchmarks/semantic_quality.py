@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from tricache import entities
+from tricache.semantic.guards import entities
 from tricache.semantic.guards.checks import use_entity_recognizer
 from tricache.tools.evaluate import evaluate_pairs, read_pairs
 

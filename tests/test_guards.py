@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tricache import entities
+from tricache.semantic.guards import entities
 from tricache.semantic.guards.checks import analyze, check, is_cacheable, use_entity_recognizer
 
 REFUSED = [

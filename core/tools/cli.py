@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 
 from ..ops.metrics import Metrics
 from ..runtime.home import data_dir
+from ..settings import Exact
 from ..stack import Cache
 
 
@@ -147,7 +148,7 @@ def _fail(what: str, where: object = None) -> NoReturn:
 
 def _maintenance(redis_url: str | None, path: Path | None, namespace: str) -> Cache:
     """The exact tier and its store only (no embedder, index or FAQ), for evict and clear."""
-    return _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False)
+    return _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False, faq=False)
 
 
 def _check_embedder(name: str | None) -> None:
@@ -430,7 +431,7 @@ def faq_import(
     entries = read_entries(file)
     if not entries:
         _fail("no entries to import; nothing changed", file)
-    with _open(redis_url, path, namespace, bloom=False, semantic=False) as cache:
+    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
         count = cache.add_faq(entries)
         console.print(f"imported {count} entries; knowledge-base version bumped")
 
@@ -444,7 +445,7 @@ def faq_search(
     namespace: Namespace = "default",
 ) -> None:
     """Show the FAQ's best candidates for QUERY, and whether it would answer."""
-    with _open(redis_url, path, namespace, bloom=False, semantic=False) as cache:
+    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
         store = cache.faq
         if store is None:
             console.print("the FAQ is empty: tricache faq import FILE")
@@ -536,7 +537,7 @@ def invalidate(
     namespace: Namespace = "default",
 ) -> None:
     """Invalidate every entry written under TAG, in every process."""
-    with _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False) as cache:
+    with _maintenance(redis_url, path, namespace) as cache:
         console.print(f"tag {tag!r} is now at version {cache.invalidate(tag)}")
 
 
@@ -545,7 +546,7 @@ def bump_kb(
     redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace = "default"
 ) -> None:
     """New knowledge-base version: every existing entry of the namespace becomes stale."""
-    with _open(redis_url, path, namespace, bloom=False, semantic=False, faq=False) as cache:
+    with _maintenance(redis_url, path, namespace) as cache:
         console.print(f"knowledge-base version is now {cache.bump_kb_version()}")
 
 

@@ -11,7 +11,7 @@ import csv
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
 from ..semantic.tier import embedded_text
+from ..settings import Exact, Semantic
 from ..stack import Cache
 
 __all__ = ["Pair", "calibrate", "evaluate_pairs", "plot_calibration", "read_pairs"]
@@ -126,6 +127,9 @@ class PairReport:
         }
 
 
+_SEMANTIC_FIELDS = {f.name for f in fields(Semantic)}
+
+
 def evaluate_pairs(
     pairs: Sequence[Pair],
     *,
@@ -138,14 +142,14 @@ def evaluate_pairs(
     """The whole decision, end to end: for each pair, store q1 with its own answer in a fresh
     cache scope (its own tenant), look up q2, and score the result."""
     with tempfile.TemporaryDirectory(prefix="tricache-eval-") as tmp:
+        semantic = {k: cache_options.pop(k) for k in _SEMANTIC_FIELDS & set(cache_options)}
         cache = Cache(
             path=Path(tmp) / "eval.sqlite3",
             warm=True,
-            embedder=embedder,
-            threshold=threshold,
-            guards=guards,
-            audit=False,
-            bloom=False,
+            exact=Exact(bloom=False),
+            semantic=Semantic(
+                embedder=embedder, threshold=threshold, guards=guards, audit=False, **semantic
+            ),
             **cache_options,
         )
         tier = cache.semantic
