@@ -127,7 +127,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
             context = _canonical(call)
         except (TypeError, ValueError, RecursionError):  # no canonical form: not cacheable
             return None, False
-        request = self.tricache.key.request(
+        request = self.tricache.request(
             context if question is None else question,
             system=context_token(context),  # every other field, exactly, in the key
             tenant=current_tenant(),
@@ -145,7 +145,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
         try:
             return _decode(hit.payload)
         except Exception as exc:  # valid MessagePack, not an output we wrote
-            self.tricache.ops.metrics.incr("exact", "corrupt")
+            self.tricache.metrics.incr("exact", "corrupt")
             log.warning("tricache: cached value is not a chain output (%s)", exc)
             return _MISSING
 

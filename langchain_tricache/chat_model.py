@@ -83,7 +83,7 @@ class CachedChatModel(BaseChatModel):
     _warned: bool = PrivateAttr(default=False)
 
     def model_post_init(self, __context: Any) -> None:
-        self._coalescer = Coalescer(self.tricache.exact.tier.store, timeout=self.coalesce_timeout)
+        self._coalescer = Coalescer(self.tricache.exact.store, timeout=self.coalesce_timeout)
 
     @property
     def _llm_type(self) -> str:
@@ -118,7 +118,7 @@ class CachedChatModel(BaseChatModel):
         cached = self._from_cache(request, semantic)
         if cached is not None:
             return cached
-        with self._coalescer.turn(self.tricache.exact.tier.key(request)) as leader:
+        with self._coalescer.turn(self.tricache.exact.key(request)) as leader:
             if not leader and (cached := self._from_cache(request, semantic)) is not None:
                 return cached
             message = self.inner.invoke(messages, config, **call)
@@ -164,7 +164,7 @@ class CachedChatModel(BaseChatModel):
         cached = await self._afrom_cache(request, semantic)
         if cached is not None:
             return cached
-        async with self._coalescer.aturn(self.tricache.exact.tier.key(request)) as leader:
+        async with self._coalescer.aturn(self.tricache.exact.key(request)) as leader:
             if not leader and (cached := await self._afrom_cache(request, semantic)) is not None:
                 return cached
             message = await self.inner.ainvoke(messages, config, **call)
@@ -206,7 +206,7 @@ class CachedChatModel(BaseChatModel):
                 log.warning("tricache: not caching: cannot tell which model %r is", self.inner)
             return None, False
         parsed = parse_messages(messages)
-        request = self.tricache.key.request(
+        request = self.tricache.request(
             parsed.query,
             system=parsed.system,
             history=parsed.history,
