@@ -35,7 +35,7 @@ class Exact:
     l1_max_items: int = 10_000
     l1_max_bytes: int = 64 * 2**20
     bloom: bool = True  # skip the round trip for keys never written
-    refresh_s: float = 0.5  # how often versions (and the vector replica) are polled
+    refresh_s: float = 0.5  # how often versions are polled (pub/sub tells Redis users at once)
     cache_version: str = "1"  # change it to retire every entry (a new prompt format, say)
     cache_time_dependent: bool = False  # cache "today"/"my order" questions (exact tier only)
 
