@@ -54,6 +54,17 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def options(
+    backend: str, namespace: str, tmp_path: Path, redis_client: redis.Redis
+) -> dict[str, Any]:
+    """Options of caches that share one store, as processes of one app do: one Redis
+    namespace, or one SQLite file."""
+    if backend == "redis":
+        return {"namespace": namespace, "redis_url": REDIS_URL}
+    return {"namespace": namespace, "path": str(tmp_path / "shared.sqlite3")}
+
+
+@pytest.fixture
 def make_cache(
     backend: str, namespace: str, tmp_path: Path, redis_client: redis.Redis
 ) -> Iterator[CacheFactory]:

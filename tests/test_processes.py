@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from pathlib import Path
 from typing import Any
-
-import pytest
-import redis
 
 from tricache import Cache
 
-from conftest import REDIS_URL
 from procs import hold_until_invalidated, write_entries
 
 spawn = multiprocessing.get_context("spawn")
-
-
-@pytest.fixture
-def options(
-    backend: str, namespace: str, tmp_path: Path, redis_client: redis.Redis
-) -> dict[str, Any]:
-    if backend == "redis":
-        return {"namespace": namespace, "redis_url": REDIS_URL}
-    return {"namespace": namespace, "path": str(tmp_path / "shared.sqlite3")}
 
 
 def _wait_bloom_ready(cache: Cache) -> None:

@@ -27,22 +27,13 @@ from tricache.semantic.index.replica import ReplicatedIndex, encode_point
 from tricache.stores.redis import RedisStore
 from tricache.stores.sqlite import SQLiteStore
 
-from conftest import REDIS_URL, RedisServer
+from conftest import RedisServer
 from procs import TOPICS, share_semantically, share_with_inherited_cache, write_until_killed
 
 spawn = multiprocessing.get_context("spawn")
 fork = multiprocessing.get_context("fork")
 WORKERS = 4
-LAG_S = 5.0  # the test's bound: one sync (refresh_s, 0.5 s) plus a loaded machine's delays
-
-
-@pytest.fixture
-def options(
-    backend: str, namespace: str, tmp_path: Path, redis_client: redis.Redis
-) -> dict[str, Any]:
-    if backend == "redis":
-        return {"namespace": namespace, "redis_url": REDIS_URL}
-    return {"namespace": namespace, "path": str(tmp_path / "shared.sqlite3")}
+LAG_S = 5.0  # the test's bound: one sync (0.1 s) plus a loaded machine's delays
 
 
 def _check(reports: list[dict[str, Any]]) -> None:

@@ -19,8 +19,9 @@ in-process replica of the vector index follows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
+from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "DamagedState",
@@ -30,7 +31,17 @@ __all__ = [
     "Record",
     "VersionState",
     "WrittenKeys",
+    "batched",
 ]
+
+T = TypeVar("T")
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of ``size`` items (the last one shorter), as ``itertools.batched`` (3.12) does."""
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
 
 
 class Record(NamedTuple):

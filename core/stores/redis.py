@@ -42,7 +42,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..runtime.forks import on_fork
-from .base import DamagedState, PointChanges, Record, VersionState, WrittenKeys
+from .base import DamagedState, PointChanges, Record, VersionState, WrittenKeys, batched
 
 __all__ = ["RedisStore"]
 
@@ -413,7 +413,7 @@ class RedisStore:
 
     def clear_points(self, namespace: str) -> None:
         """Points first, then the log: a reader that loses the log rebuilds from what is left."""
-        for batch in _batches(self._point_keys(namespace), 500):
+        for batch in batched(self._point_keys(namespace), 500):
             self._bulk.unlink(*batch)
         self._bulk.unlink(_point_log(namespace))
 
@@ -425,7 +425,7 @@ class RedisStore:
         return _text(info["last-generated-id"])
 
     def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]:
-        for batch in _batches(self._point_keys(namespace), 500):
+        for batch in batched(self._point_keys(namespace), 500):
             for key, value in zip(batch, self._bulk.mget(batch), strict=True):
                 if value is not None:  # expired between SCAN and MGET
                     yield key[-_POINT_ID_CHARS:], value
@@ -647,17 +647,6 @@ def _continues(info: dict[Any, Any], cursor: str) -> bool:
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def _text(raw: bytes | str) -> str:

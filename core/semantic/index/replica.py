@@ -36,7 +36,7 @@ import numpy as np
 
 from ...runtime.forks import on_fork
 from ...runtime.home import private_dir, private_file
-from ...stores.base import PointLog
+from ...stores.base import PointLog, batched
 from .vectors import Candidate, EdgeIndex
 
 __all__ = ["CorruptPoint", "ReplicatedIndex", "decode_point", "encode_point"]
@@ -256,7 +256,7 @@ class ReplicatedIndex:
         fresh = EdgeIndex(self._slot.new_shard(), self.dim, optimize_every=_NEVER)
         count = 0
         try:
-            for batch in _chunks(self.store.scan_points(self.namespace), _BATCH):
+            for batch in batched(self.store.scan_points(self.namespace), _BATCH):
                 points = []
                 for point_id, data in batch:
                     decoded = self._decoded(point_id, data)
@@ -411,17 +411,6 @@ class _Slot:
         """In a forked child: close the child's copy of the descriptor (the parent keeps the
         lock), so the slot is free once the parent is gone even while the child runs."""
         self.release()
-
-
-def _chunks(items: Iterable[tuple[str, bytes]], size: int) -> Iterable[list[tuple[str, bytes]]]:
-    batch: list[tuple[str, bytes]] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def _size(path: Path) -> int:
