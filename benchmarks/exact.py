@@ -28,7 +28,7 @@ from typing import Any
 import msgpack
 import redis
 
-from tricache import Cache, TtlPolicy
+from tricache import Cache, Exact, TtlPolicy
 from tricache.key.entry import CacheEntry, encode_entry
 
 QUERY = (
@@ -66,7 +66,7 @@ def l2_rows(name: str, kwargs: dict[str, Any], ns: str, run: Runner) -> list[Row
     """An L2 hit beside the raw read of the same value, and a miss with and without Bloom."""
     # An L1 TTL of ~0 sends every lookup to L2, as in a fresh process or for a cold key.
     kwargs = {**kwargs, "semantic": False, "faq": False}  # the exact tier alone
-    cache = Cache(namespace=ns, ttl=TtlPolicy(l1=1e-9), bloom=False, **kwargs)
+    cache = Cache(namespace=ns, exact=Exact(ttl=TtlPolicy(l1=1e-9), bloom=False), **kwargs)
     request = cache.request(QUERY, system="You are a support bot.", llm_key="model-x|t=0")
     cache.update(request, ANSWER, {"usage": {"total_tokens": 512}})
     assert cache.lookup(request).level == "l2"  # type: ignore[union-attr]
@@ -88,7 +88,7 @@ def l2_rows(name: str, kwargs: dict[str, Any], ns: str, run: Runner) -> list[Row
     bloomed.lookup(bloomed.request("warm-up"))  # starts the filter's background load
     while not bloomed.exact.bloom.ready:  # type: ignore[union-attr]
         time.sleep(0.01)
-    unbloomed = Cache(namespace=ns, bloom=False, **kwargs)
+    unbloomed = Cache(namespace=ns, exact=Exact(bloom=False), **kwargs)
     misses = [bloomed.request(f"never written {i}") for i in range(1000)]
     a, b = itertools.cycle(misses), itertools.cycle(misses)
     t_bloom, t_plain = run(lambda: bloomed.lookup(next(a)), lambda: unbloomed.lookup(next(b)))

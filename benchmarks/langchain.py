@@ -28,7 +28,7 @@ from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from langchain_tricache import TriCache
-from tricache import TtlPolicy
+from tricache import Exact, Semantic, TtlPolicy
 from tricache.semantic.embed import get_embedder
 
 SYSTEM = SystemMessage("You are the helpdesk assistant of ACME Cloud. Answer briefly.")
@@ -66,8 +66,8 @@ def main() -> None:
             TriCache(
                 redis_url=args.redis_url,
                 namespace="lcb",
-                ttl=TtlPolicy(l1=1e-9),
-                vector_path=tmp / "b-vectors",
+                exact=Exact(ttl=TtlPolicy(l1=1e-9)),
+                semantic=Semantic(vector_path=tmp / "b-vectors"),
             ),
             exact_prompt,
         ),

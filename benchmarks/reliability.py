@@ -33,7 +33,7 @@ from langchain_core.outputs import Generation
 from procs import storm
 
 from langchain_tricache import TriCache
-from tricache import Cache
+from tricache import Cache, Exact, Semantic
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -43,8 +43,8 @@ def outage(requests: int, workdir: Path) -> dict[str, Any]:
     is checked on the server itself, so the dropped-write counter can be compared exactly."""
     server = RedisServer(workdir)
     server.start()
-    cache = Cache(redis_url=server.url, namespace="outage", l1_max_items=1, semantic=False,
-                  faq=False)  # fmt: skip
+    cache = Cache(redis_url=server.url, namespace="outage", exact=Exact(l1_max_items=1),
+                  semantic=False, faq=False)  # fmt: skip
     raw = redis.Redis(port=server.port, socket_timeout=0.5)
     errors = answered = hits_after = writes = not_landed = 0
     down = False
@@ -100,7 +100,9 @@ def slow_redis(lookups: int, workdir: Path) -> dict[str, Any]:
 
     server = RedisServer(workdir)
     server.start()
-    cache = Cache(redis_url=server.url, namespace="slow", semantic=False, faq=False, bloom=False)
+    cache = Cache(
+        redis_url=server.url, namespace="slow", semantic=False, faq=False, exact=Exact(bloom=False)
+    )
     sleeper = threading.Thread(
         target=lambda: redis.Redis(port=server.port).execute_command("DEBUG", "SLEEP", 2)
     )
@@ -127,7 +129,7 @@ def corrupt_values(count: int) -> dict[str, Any]:
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     rng = random.Random(3)
     cache = Cache(redis_url="redis://127.0.0.1:6379/0", namespace=namespace, semantic=False,
-                  faq=False, bloom=False)  # fmt: skip
+                  faq=False, exact=Exact(bloom=False))  # fmt: skip
     served = errors = 0
     requests = [cache.request(f"corrupt question {i}") for i in range(count)]
     for i, request in enumerate(requests):
@@ -143,7 +145,7 @@ def corrupt_values(count: int) -> dict[str, Any]:
             bad = good[: max(1, len(good) // 2)]
         client.set(key, bad)
     with Cache(redis_url="redis://127.0.0.1:6379/0", namespace=namespace, semantic=False,
-               faq=False, bloom=False) as fresh:  # fmt: skip
+               faq=False, exact=Exact(bloom=False)) as fresh:  # fmt: skip
         for request in requests:
             try:
                 served += fresh.lookup(request) is not None
@@ -221,7 +223,7 @@ def load(seconds: float) -> dict[str, Any]:
     for worker in workers:
         worker.join(30)
     written = {k: v for r in reports for k, v in r["last"].items()}
-    with Cache(**options, bloom=False) as reader:
+    with Cache(**options, exact=Exact(bloom=False)) as reader:
         lost = sum(
             1
             for key, value in written.items()
@@ -329,7 +331,7 @@ def hung_redis(kind: str, workdir: Path) -> dict[str, Any]:
     server = RedisServer(workdir)
     server.start()
     cache = Cache(redis_url=server.url, namespace="hung", semantic=False, faq=False,
-                  bloom=False)  # fmt: skip
+                  exact=Exact(bloom=False))  # fmt: skip
     questions = [f"hung question {i}" for i in range(100)]
     for q in questions[:50]:
         cache.lookup(cache.request(q))
@@ -512,7 +514,7 @@ def event_loops(runs: int) -> dict[str, Any]:
     import gc
 
     cache = Cache(redis_url="redis://127.0.0.1:6379/0", namespace=f"loops{time.time_ns()}",
-                  semantic=False, faq=False, l1_max_items=1)  # fmt: skip
+                  semantic=False, faq=False, exact=Exact(l1_max_items=1))  # fmt: skip
     requests = [cache.request(f"Which loop is this, {i}?") for i in range(2)]
     for request in requests:  # two, alternating: L1 holds one, so each lookup reads Redis
         cache.lookup(request)
@@ -673,7 +675,9 @@ def freshness(workdir: Path) -> list[dict[str, Any]]:
             cache.exact.breaker = type(cache.exact.breaker)()  # a restart cost them a back-off
         admin.invalidate("handbook")
         time.sleep(0.6)  # one poll: the promise for other processes
-        served, lookups = _stale_served([writer, holder, _fresh_cache(server.url, bloom=False)])
+        served, lookups = _stale_served(
+            [writer, holder, _fresh_cache(server.url, exact=Exact(bloom=False))]
+        )
         rows.append({"scenario": name, "fault": done, "stale_served": served,
                      "lookups": lookups})  # fmt: skip
         for cache in (writer, holder, admin):
@@ -696,7 +700,7 @@ def _in_flight(workdir: Path) -> dict[str, Any]:
         app.lookup(request)
         admin.invalidate("handbook")  # the docs change during the call
         app.update(request, f"old: {q}")
-    served, lookups = _stale_served([app, _fresh_cache(server.url, bloom=False)])
+    served, lookups = _stale_served([app, _fresh_cache(server.url, exact=Exact(bloom=False))])
     server.stop()
     return {"scenario": "invalidate() during each LLM call", "fault": f"{len(_FRESH_QS)} calls",
             "stale_served": served, "lookups": lookups}  # fmt: skip
@@ -710,7 +714,12 @@ def _outage_points(workdir: Path) -> dict[str, Any]:
     workdir.mkdir()
     server = RedisServer(workdir)
     server.start()
-    cache = Cache(redis_url=server.url, namespace="pause", faq=False, vector_path=workdir / "v")
+    cache = Cache(
+        redis_url=server.url,
+        namespace="pause",
+        faq=False,
+        semantic=Semantic(vector_path=workdir / "v"),
+    )
     questions = ["How do I reset my password?", "How do I export my data to CSV?",
                  "How do I change my billing address?", "How do I invite a teammate?"]  # fmt: skip
     for q in questions:

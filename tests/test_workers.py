@@ -267,6 +267,13 @@ def test_hostile_points_are_skipped(
         "00000000-0000-0000-0000-000000000005": encode_point(vector, {**payload, "question": 7}),
         "00000000-0000-0000-0000-000000000006": encode_point(np.full(4, np.inf), payload),
         "00000000-0000-0000-0000-000000000007": b"\x80" * 10_000,
+        "00000000-0000-0000-0000-000000000008": encode_point(vector, {**payload, "tags": [b"x"]}),
+        "00000000-0000-0000-0000-000000000009": encode_point(
+            vector, {**payload, "question": "q" * 1_000_000}
+        ),
+        "00000000-0000-0000-0000-000000000010": encode_point(
+            vector, {**payload, "watermark": float("nan")}
+        ),
     }
     for point_id, data in hostile.items():
         raw.set(f"tricache:{{ns}}:p:{point_id}", data)

@@ -37,7 +37,7 @@ import numpy as np
 from ...runtime.forks import on_fork
 from ...runtime.home import private_dir, private_file
 from ...stores.base import PointLog, batched
-from .vectors import Candidate, EdgeIndex
+from .vectors import Candidate, DiskFull, EdgeIndex
 
 __all__ = ["CorruptPoint", "ReplicatedIndex", "decode_point", "encode_point"]
 
@@ -47,6 +47,7 @@ _FORMAT = 1
 _BATCH = 1000  # points per rebuild step
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
 _NEVER = 2**62
+_MAX_POINT_BYTES = 256 * 1024  # a vector, a question of at most a few thousand characters
 
 
 class CorruptPoint(ValueError):
@@ -60,7 +61,11 @@ def encode_point(vector: np.ndarray, payload: Mapping[str, Any]) -> bytes:
 
 
 def decode_point(data: bytes, dim: int, namespace: str) -> tuple[np.ndarray, dict[str, Any]]:
-    """The vector and payload of a stored point of ``namespace``; ``CorruptPoint`` otherwise."""
+    """The vector and payload of a stored point of ``namespace``; ``CorruptPoint`` otherwise
+    (too big, undecodable, a vector of the wrong size or not finite, a payload with other
+    than plain text, numbers, flags and lists of text, or of another namespace)."""
+    if len(data) > _MAX_POINT_BYTES:
+        raise CorruptPoint(f"{len(data)} bytes: more than a point holds")
     try:
         fields = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
@@ -73,6 +78,8 @@ def decode_point(data: bytes, dim: int, namespace: str) -> tuple[np.ndarray, dic
     vector = np.frombuffer(raw, dtype="<f2").astype(np.float32)
     if not np.isfinite(vector).all() or not vector.any():
         raise CorruptPoint("vector not finite")
+    if not all(_plain(value) for value in payload.values()):
+        raise CorruptPoint("a payload value that is not plain text, a number or a flag")
     for key in ("scope", "question", "ref", "namespace"):
         if not isinstance(payload.get(key), str):
             raise CorruptPoint(f"payload field {key!r} missing or not text")
@@ -82,6 +89,17 @@ def decode_point(data: bytes, dim: int, namespace: str) -> tuple[np.ndarray, dic
     if payload["namespace"] != namespace:
         raise CorruptPoint("a point of another namespace")
     return vector, payload
+
+
+_Point = tuple[str, np.ndarray, dict[str, Any]]
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, str | int | bool)
 
 
 class ReplicatedIndex:
@@ -262,8 +280,7 @@ class ReplicatedIndex:
                     decoded = self._decoded(point_id, data)
                     if decoded is not None:
                         points.append((point_id, *decoded))
-                fresh.upsert_many(points)
-                count += len(points)
+                count += self._upsert(fresh, points)
         except BaseException:  # the store failed mid-scan: the next sync starts again
             fresh.close()
             shutil.rmtree(fresh.path, ignore_errors=True)
@@ -297,24 +314,49 @@ class ReplicatedIndex:
                 upserts.append((point_id, *decoded))
         if deletes:
             self._local.delete(deletes)
-        if upserts:
-            self._local.upsert_many(upserts)
+        self._upsert(self._local, upserts)
+
+    def _upsert(self, index: EdgeIndex, points: list[_Point]) -> int:
+        """Upsert a batch; if the engine refuses it, one point at a time, skipping (and
+        counting) the points it refuses: one bad point must not stall the log."""
+        if not points:
+            return 0
+        try:
+            index.upsert_many(points)
+            return len(points)
+        except DiskFull:
+            raise
+        except Exception:
+            done = 0
+            for point in points:
+                try:
+                    index.upsert_many([point])
+                    done += 1
+                except DiskFull:
+                    raise
+                except Exception as exc:
+                    self._skip(point[0], exc)
+            return done
 
     def _decoded(self, point_id: str, data: bytes) -> tuple[np.ndarray, dict[str, Any]] | None:
         try:
             return decode_point(data, self.dim, self.namespace)
         except CorruptPoint as exc:
-            self.corrupt_points += 1
-            now = time.monotonic()
-            loud = now - self._warned_at > 60  # one warning a minute; all counted
-            if loud:
-                self._warned_at = now
-            log.log(
-                logging.WARNING if loud else logging.DEBUG,
-                "tricache: stored vector point %s skipped: %s (%d so far)",
-                point_id[:36], exc, self.corrupt_points,
-            )  # fmt: skip
+            self._skip(point_id, exc)
             return None
+
+    def _skip(self, point_id: str, exc: Exception) -> None:
+        """Count a stored point that cannot be indexed; warn about it at most once a minute."""
+        self.corrupt_points += 1
+        now = time.monotonic()
+        loud = now - self._warned_at > 60  # one warning a minute; all counted
+        if loud:
+            self._warned_at = now
+        log.log(
+            logging.WARNING if loud else logging.DEBUG,
+            "tricache: stored vector point %s skipped: %s (%d so far)",
+            point_id[:36], exc, self.corrupt_points,
+        )  # fmt: skip
 
     def _persist(self) -> None:
         """Flush the replica, then record the cursor it reached (never ahead of the files)."""
