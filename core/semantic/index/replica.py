@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 _FORMAT = 1
 _BATCH = 1000  # points per rebuild step
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
-_NEVER = 2**62
+_COMPACT_AT = 10_000  # deleted points kept before a rebuild sheds them (and half the replica)
 _MAX_POINT_BYTES = 256 * 1024  # a vector, a question of at most a few thousand characters
 
 
@@ -94,6 +94,14 @@ def decode_point(data: bytes, dim: int, namespace: str) -> tuple[np.ndarray, dic
 _Point = tuple[str, np.ndarray, dict[str, Any]]
 
 
+def _engine(path: Path, dim: int) -> EdgeIndex:
+    """The replica's engine, searched exhaustively: it never builds an HNSW graph, because
+    qdrant-edge holds the GIL while it builds one (9 s at 20k points, ~45 s at 100k here) and
+    every thread of the app would stop for that long.  Exhaustive search of 100k float16
+    points takes a few ms; past a few hundred thousand, use a Qdrant server."""
+    return EdgeIndex(path, dim, optimize_every=2**62)
+
+
 def _plain(value: Any) -> bool:
     if isinstance(value, list):
         return all(isinstance(item, str) for item in value)
@@ -137,6 +145,7 @@ class ReplicatedIndex:
         self._warned_at = float("-inf")
         self._doomed: deque[str] = deque(maxlen=_MAX_DOOMED)  # deletions the store has not had
         self._retired: list[EdgeIndex] = []
+        self._garbage = 0  # points deleted from the replica since it was built
         self._stop = threading.Event()
         self._closed = False
         if store is not None:
@@ -179,11 +188,13 @@ class ReplicatedIndex:
         if self.store is not None and point_ids:
             self.store.delete_points(self.namespace, point_ids)
         self._local.delete(point_ids)
+        self._garbage += len(point_ids)
 
     def discard(self, point_ids: Sequence[str]) -> None:
         """Here at once, from the store by the next sync: for the request path, which meets
         points whose answers are gone and must not wait on a store."""
         self._local.delete(point_ids)
+        self._garbage += len(point_ids)
         if self.store is not None:
             self._doomed.extend(point_ids)
 
@@ -233,7 +244,7 @@ class ReplicatedIndex:
                     self._doomed.popleft()
             while True:
                 changes = self.store.points_since(self.namespace, self.cursor)
-                if not changes.complete:
+                if not changes.complete or self._garbage > max(_COMPACT_AT, self.count()):
                     changed += self._rebuild()
                     continue
                 self._apply(changes.points)
@@ -267,11 +278,11 @@ class ReplicatedIndex:
 
     def _rebuild(self) -> int:
         """A new replica from the store, built beside the one in use (searches go on there)
-        and swapped in whole; its HNSW graph is built once, at the end, in the background."""
+        and swapped in whole (also how a replica sheds the points deleted from it)."""
         assert self.store is not None
         self.rebuilds += 1
         head = self.store.point_head(self.namespace)  # before the scan: nothing falls between
-        fresh = EdgeIndex(self._slot.new_shard(), self.dim, optimize_every=_NEVER)
+        fresh = _engine(self._slot.new_shard(), self.dim)
         count = 0
         try:
             for batch in batched(self.store.scan_points(self.namespace), _BATCH):
@@ -286,7 +297,7 @@ class ReplicatedIndex:
             shutil.rmtree(fresh.path, ignore_errors=True)
             raise
         fresh.delete(list(self._doomed))  # deleted here meanwhile, not yet in the store
-        fresh.optimize_every(EdgeIndex.OPTIMIZE_EVERY, now=count >= EdgeIndex.OPTIMIZE_EVERY)
+        self._garbage = 0
         self._retire(self._local)
         self._local, self.cursor = fresh, head
         self._persist()
@@ -314,6 +325,7 @@ class ReplicatedIndex:
                 upserts.append((point_id, *decoded))
         if deletes:
             self._local.delete(deletes)
+            self._garbage += len(deletes)
         self._upsert(self._local, upserts)
 
     def _upsert(self, index: EdgeIndex, points: list[_Point]) -> int:
@@ -371,11 +383,11 @@ class ReplicatedIndex:
         shard = self._slot.shard()
         if shard is not None and self.store is not None and self.cursor:
             try:
-                return EdgeIndex(shard, self.dim)
+                return _engine(shard, self.dim)
             except Exception as exc:
                 log.warning("tricache: vector replica %s unreadable (%s); rebuilding", shard, exc)
         self.cursor = ""
-        return EdgeIndex(self._slot.new_shard(), self.dim)
+        return _engine(self._slot.new_shard(), self.dim)
 
     def _after_fork(self) -> None:
         """A forked child never uses this replica (the cache opens one of its own)."""
