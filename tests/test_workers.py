@@ -307,3 +307,24 @@ def test_sqlite_forgets_old_deletions_and_makes_late_readers_rebuild(tmp_path: P
     writer.close()
     reader.close()
     store.close()
+
+
+def test_a_replica_never_builds_an_hnsw_graph_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qdrant-edge holds the GIL while it builds one (seconds to a minute): every thread of the
+    app would stop.  Past the engine's usual trigger (5,000 new points), no build starts."""
+    from tricache.semantic.index.vectors import EdgeIndex
+
+    builds: list[EdgeIndex] = []
+    monkeypatch.setattr(EdgeIndex, "_start_optimize", builds.append)
+    store = SQLiteStore(tmp_path / "l2.sqlite3")
+    replica = _replica(store, "ns", tmp_path, "r")
+    rng = np.random.default_rng(0)
+    for n in range(6000):
+        point_id, _, payload = _point(n, "ns")
+        replica.upsert(point_id, rng.standard_normal(4).astype(np.float32), payload)
+    assert replica.count() == 6000
+    assert builds == []
+    replica.close()
+    store.close()
