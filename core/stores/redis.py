@@ -444,7 +444,7 @@ class RedisStore:
             raise entries if isinstance(entries, Exception) else info
         if not _continues(info, cursor):
             return PointChanges([], cursor, False)
-        ids = list(dict.fromkeys(_text(fields[b"i"]) for _, fields in entries))
+        ids = list(dict.fromkeys(_logged_id(fields) for _, fields in entries))
         values = self._bulk.mget([_point_key(namespace, i) for i in ids]) if ids else []
         new_cursor = _text(entries[-1][0]) if entries else cursor
         return PointChanges(list(zip(ids, values, strict=True)), new_cursor, True)
@@ -643,6 +643,12 @@ def _continues(info: dict[Any, Any], cursor: str) -> bool:
     if first and _stream_id(first[0]) <= at:
         return True
     return at == (0, 0) and int(info.get("entries-added", -1)) == int(info.get("length", 0))
+
+
+def _logged_id(fields: dict[bytes, bytes]) -> str:
+    """The point id a log entry names, as text; a hostile entry (no id, not UTF-8) gives one
+    the replica refuses and counts, instead of stopping the log's reader at it."""
+    return fields.get(b"i", b"").decode("utf-8", "replace")
 
 
 def _glob_escape(text: str) -> str:

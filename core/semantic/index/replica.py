@@ -25,6 +25,7 @@ import secrets
 import shutil
 import threading
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -259,6 +260,8 @@ class ReplicatedIndex:
             for batch in _chunks(self.store.scan_points(self.namespace), _BATCH):
                 points = []
                 for point_id, data in batch:
+                    if not self._is_point_id(point_id):
+                        continue
                     decoded = self._decoded(point_id, data)
                     if decoded is not None:
                         points.append((point_id, *decoded))
@@ -290,6 +293,8 @@ class ReplicatedIndex:
     def _apply(self, points: Iterable[tuple[str, bytes | None]]) -> None:
         upserts, deletes = [], []
         for point_id, data in points:
+            if not self._is_point_id(point_id):
+                continue
             decoded = None if data is None else self._decoded(point_id, data)
             if decoded is None:
                 deletes.append(point_id)
@@ -300,21 +305,35 @@ class ReplicatedIndex:
         if upserts:
             self._local.upsert_many(upserts)
 
+    def _is_point_id(self, point_id: str) -> bool:
+        """Whether ``point_id`` is one the tier makes (a UUID's text); any other id, which the
+        engine would refuse and so stop the log's reader at, is skipped and counted."""
+        try:
+            if str(uuid.UUID(point_id)) == point_id:
+                return True
+        except (TypeError, ValueError):
+            pass
+        self._skipped(point_id, CorruptPoint("not a point id"))
+        return False
+
     def _decoded(self, point_id: str, data: bytes) -> tuple[np.ndarray, dict[str, Any]] | None:
         try:
             return decode_point(data, self.dim, self.namespace)
         except CorruptPoint as exc:
-            self.corrupt_points += 1
-            now = time.monotonic()
-            loud = now - self._warned_at > 60  # one warning a minute; all counted
-            if loud:
-                self._warned_at = now
-            log.log(
-                logging.WARNING if loud else logging.DEBUG,
-                "tricache: stored vector point %s skipped: %s (%d so far)",
-                point_id[:36], exc, self.corrupt_points,
-            )  # fmt: skip
+            self._skipped(point_id, exc)
             return None
+
+    def _skipped(self, point_id: str, exc: CorruptPoint) -> None:
+        self.corrupt_points += 1
+        now = time.monotonic()
+        loud = now - self._warned_at > 60  # one warning a minute; all counted
+        if loud:
+            self._warned_at = now
+        log.log(
+            logging.WARNING if loud else logging.DEBUG,
+            "tricache: stored vector point %r skipped: %s (%d so far)",
+            point_id[:36], exc, self.corrupt_points,
+        )  # fmt: skip
 
     def _persist(self) -> None:
         """Flush the replica, then record the cursor it reached (never ahead of the files)."""
