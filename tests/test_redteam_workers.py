@@ -7,7 +7,11 @@ docs/security.md; real Redis servers, SQLite files and processes, no mocked stor
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
+import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +20,23 @@ import numpy as np
 import pytest
 import redis
 
+from tricache import Cache
 from tricache.semantic.index.replica import ReplicatedIndex, encode_point
 from tricache.stores.redis import RedisStore
 from tricache.stores.sqlite import SQLiteStore
 
-from conftest import RedisServer
+from conftest import REDIS_URL, RedisServer
+
+spawn = multiprocessing.get_context("spawn")
+
+
+@pytest.fixture
+def options(
+    backend: str, namespace: str, tmp_path: Path, redis_client: redis.Redis
+) -> dict[str, Any]:
+    if backend == "redis":
+        return {"namespace": namespace, "redis_url": REDIS_URL}
+    return {"namespace": namespace, "path": str(tmp_path / "shared.sqlite3")}
 
 
 def _replica(store: Any, namespace: str, tmp_path: Path, name: str) -> ReplicatedIndex:
@@ -120,3 +136,91 @@ def test_a_hostile_sqlite_row_does_not_stop_the_replicas(tmp_path: Path) -> None
     for replica in (writer, reader, fresh):
         replica.close()
     store.close()
+
+
+# Caches made and dropped without close() kept their replica and audit log for good ----------
+def _tricache_threads(prefix: str) -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(prefix))
+
+
+def test_caches_dropped_without_close_leak_no_replica_nor_audit_writer(tmp_path: Path) -> None:
+    """Before: each dropped cache left its replica's Qdrant shards open (about 27 MiB and three
+    descriptors each, for good) and its audit writer thread with a SQLite connection."""
+    from tricache.semantic.index.vectors import _SharedShard
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    path = tmp_path / "l2.sqlite3"
+    shards, audits = len(_SharedShard._open), _tricache_threads("tricache-audit")
+    before = None
+    for n in range(8):  # a namespace each: every cache makes a replica of its own
+        cache = Cache(namespace=f"dropped{n}", path=path, warm=True)
+        assert cache.update(cache.request(f"How do I rename project {n}?"), "in settings")
+        del cache
+        gc.collect()
+        if n == 1:
+            before = fds()
+    assert len(_SharedShard._open) == shards
+    deadline = time.monotonic() + 30
+    while _tricache_threads("tricache-audit") > audits:
+        assert time.monotonic() < deadline, "audit writers of dropped caches still run"
+        time.sleep(0.1)
+    assert before is not None and fds() <= before + 4  # six more caches: no descriptors kept
+
+
+# Two processes through LangChain: every served answer is the model's ----------------------
+RAG_LAYOUTS = ["context-in-system", "rag-prompt"]
+
+
+def _rag_writer(options: dict[str, Any], layout: str, done: Any) -> None:
+    """A worker that answers the first questions of the look-alike pairs and of the
+    other-facts triples (through a LangChain RAG chain over an oracle), then reports."""
+    from test_pipelines import EIFFEL, LOOK_ALIKES, OTHER_FACTS, REWRITTEN, Rag
+
+    with Cache(warm=True, **options) as core:
+        rag = Rag.make(layout, core)
+        for first, _ in LOOK_ALIKES:
+            rag.ask(first, EIFFEL)
+        for question, context, _ in OTHER_FACTS:
+            rag.ask(question, context)
+        for question in REWRITTEN:
+            rag.ask(question, EIFFEL)
+        done.put("written")
+
+
+@pytest.mark.parametrize("layout", RAG_LAYOUTS)
+def test_a_rag_chain_in_another_process_gets_only_the_models_answers(
+    options: dict[str, Any], layout: str
+) -> None:
+    """One worker answers; another asks look-alikes, the same questions over other facts and
+    harmless rewrites once its replica holds the first worker's points: each answer the
+    second worker gets (cache or model) must be what the oracle says to its own prompt."""
+    from test_pipelines import EIFFEL, LOOK_ALIKES, OTHER_FACTS, REWRITTEN, Rag, harmless_rewrites
+
+    done = spawn.Queue()
+    child = spawn.Process(target=_rag_writer, args=(options, layout, done))
+    child.start()
+    try:
+        assert done.get(timeout=240) == "written"
+    finally:
+        child.join(60)
+    assert child.exitcode == 0
+    with Cache(warm=True, **options) as core:
+        _wait_points(core, lambda n: n > 0)
+        rag = Rag.make(layout, core)
+        served = 0
+        for question in REWRITTEN:  # the other worker's answers reach this one
+            served += sum(rag.ask(v, EIFFEL) for v in [question, *harmless_rewrites(question)])
+        assert served > 0
+        for _, twin in LOOK_ALIKES:
+            rag.ask(twin, EIFFEL)  # asserts the model's answer (a hit must be the right one)
+        for question, _, other in OTHER_FACTS:
+            rag.ask(question, other)
+
+
+def _wait_points(cache: Cache, ready: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready(cache.stats()["store"]["vector_replica"]["points"]):
+        assert time.monotonic() < deadline, cache.stats()["store"]["vector_replica"]
+        time.sleep(0.05)
