@@ -50,6 +50,10 @@ _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped 
 _NEVER = 2**62
 
 
+class _Closing(Exception):
+    """The replica is being closed: a rebuild under way stops."""
+
+
 class CorruptPoint(ValueError):
     """A stored point that does not decode (garbage, another format, a hostile value)."""
 
@@ -258,6 +262,8 @@ class ReplicatedIndex:
         count = 0
         try:
             for batch in _chunks(self.store.scan_points(self.namespace), _BATCH):
+                if self._stop.is_set():  # closing: a shutdown never waits for a whole rebuild
+                    raise _Closing
                 points = []
                 for point_id, data in batch:
                     if not self._is_point_id(point_id):
