@@ -263,3 +263,35 @@ def test_closing_a_replica_does_not_wait_for_a_rebuild_under_way(
     assert again.count() == count
     again.close()
     store.close()
+
+
+# A replica that rebuilt while the log was missing trusts the next log it sees ----------------
+def test_a_log_lost_twice_after_a_rebuild_without_one_keeps_no_deleted_point(
+    private_store: RedisStore, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """A replica rebuilt while the point log was missing (evicted) holds cursor "0-0"; a log
+    made again later is taken as continuing it whenever nothing was trimmed from it.  So if
+    the log that carried a deletion is lost too (evicted under ``allkeys-*``, or during a
+    minutes-long rebuild) and another write makes a third one, the deleted point (a match
+    rejected by feedback, whose answer is still current) stays in that replica."""
+    raw = redis.Redis(port=private_redis.port)
+    writer = _replica(private_store, "ns", tmp_path, "w")
+    for n in range(2):
+        writer.upsert(*_point(n, "ns"))
+    raw.delete("tricache:{ns}:plog")  # evicted
+    reader = _replica(private_store, "ns", tmp_path, "r")  # rebuilds: both points, no log
+    assert reader.count() == 2
+    writer.delete([_point(0, "ns")[0]])  # a wrong match reported: logged in a new log
+    raw.delete("tricache:{ns}:plog")  # evicted again before the reader read it
+    writer.upsert(*_point(5, "ns"))  # a third log, which begins after the reader's cursor
+    reader.sync()
+    assert reader.count() == 2  # 1 and 5, not the deleted 0
+    writer.close()
+    reader.close()
+
+
+@pytest.fixture
+def private_store(private_redis: RedisServer) -> Any:
+    store = RedisStore(private_redis.url, timeout=0.5)
+    yield store
+    store.close()
