@@ -18,6 +18,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import weakref
 from contextlib import closing
 from dataclasses import asdict, is_dataclass
 from hashlib import blake2b
@@ -28,6 +29,8 @@ from ..runtime.forks import hold_across_fork
 from ..runtime.home import installation_secret, private_sqlite
 
 __all__ = ["AuditLog"]
+
+_Queue = queue.Queue[tuple[str, tuple[Any, ...]] | None]
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +60,19 @@ class AuditLog:
         self._secret = secret if secret is not None else _secret()
         with closing(sqlite3.connect(self.path)) as db, db:
             db.executescript(_SCHEMA)
-        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue(max_queue)
+        self._queue: _Queue = queue.Queue(max_queue)
         self.dropped = 0
         self._busy = threading.Lock()  # held while the writer is inside SQLite
+        self._dropped = threading.Event()  # set when the log is collected unclosed
         hold_across_fork(self, "_busy")
-        self._writer = threading.Thread(target=self._write, name="tricache-audit", daemon=True)
+        self._writer = threading.Thread(
+            target=_write_forever,
+            args=(self.path, self._queue, self._busy, self._dropped),
+            name="tricache-audit",
+            daemon=True,
+        )  # it holds no reference to the log: a log dropped without ``close`` stops it too
         self._writer.start()
+        weakref.finalize(self, _stop_writer, self._queue, self._dropped).atexit = False
 
     def record(self, decision: Any) -> None:
         row = (
@@ -108,26 +118,6 @@ class AuditLog:
         except queue.Full:
             self.dropped += 1
 
-    def _write(self) -> None:
-        db = sqlite3.connect(self.path)
-        while True:
-            item = self._queue.get()
-            batch = [item]
-            while not self._queue.empty() and len(batch) < 500:
-                batch.append(self._queue.get_nowait())
-            try:
-                with self._busy, db:
-                    for entry in batch:
-                        if entry is not None:
-                            db.execute(*entry)
-            except sqlite3.Error as exc:
-                log.warning("tricache: audit write failed: %s", exc)
-            for _ in batch:
-                self._queue.task_done()
-            if None in batch:
-                db.close()
-                return
-
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything recorded so far is written."""
         deadline = time.monotonic() + timeout
@@ -147,6 +137,43 @@ class AuditLog:
         self.flush()
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
+
+
+def _write_forever(
+    path: Path, items: _Queue, busy: threading.Lock, dropped: threading.Event
+) -> None:
+    """Write what is queued, in batches, until a ``None`` says the log is closed (or it was
+    dropped and all is written)."""
+    db = sqlite3.connect(path)
+    while True:
+        try:
+            item = items.get(timeout=1.0)
+        except queue.Empty:
+            if dropped.is_set():
+                db.close()
+                return
+            continue
+        batch = [item]
+        while not items.empty() and len(batch) < 500:
+            batch.append(items.get_nowait())
+        try:
+            with busy, db:
+                for entry in batch:
+                    if entry is not None:
+                        db.execute(*entry)
+        except sqlite3.Error as exc:
+            log.warning("tricache: audit write failed: %s", exc)
+        for _ in batch:
+            items.task_done()
+        if None in batch:
+            db.close()
+            return
+
+
+def _stop_writer(items: _Queue, dropped: threading.Event) -> None:
+    dropped.set()
+    with contextlib.suppress(queue.Full):
+        items.put_nowait(None)
 
 
 def _secret() -> bytes:

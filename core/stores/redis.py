@@ -418,11 +418,18 @@ class RedisStore:
         self._bulk.unlink(_point_log(namespace))
 
     def point_head(self, namespace: str) -> str:
+        """The log's last id; with no log, a new one begun with a mark (no point id), so that
+        a log lost and made again after this cursor is told apart from this one."""
+        stream = _point_log(namespace)
         try:
-            info = self._bulk.xinfo_stream(_point_log(namespace))
-        except redis.ResponseError:  # no log yet
+            return _text(self._bulk.xinfo_stream(stream)["last-generated-id"])
+        except redis.ResponseError:  # no log
+            pass
+        try:
+            mark = self._bulk.xadd(stream, {"h": b""}, maxlen=self._point_log_length)
+        except redis.ResponseError:  # full under ``noeviction``: the first log reads from 0
             return "0-0"
-        return _text(info["last-generated-id"])
+        return _text(mark)
 
     def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]:
         for batch in batched(self._point_keys(namespace), 500):
@@ -444,7 +451,7 @@ class RedisStore:
             raise entries if isinstance(entries, Exception) else info
         if not _continues(info, cursor):
             return PointChanges([], cursor, False)
-        ids = list(dict.fromkeys(_text(fields[b"i"]) for _, fields in entries))
+        ids = list(dict.fromkeys(_logged_id(f) for _, f in entries if b"h" not in f))
         values = self._bulk.mget([_point_key(namespace, i) for i in ids]) if ids else []
         new_cursor = _text(entries[-1][0]) if entries else cursor
         return PointChanges(list(zip(ids, values, strict=True)), new_cursor, True)
@@ -643,6 +650,12 @@ def _continues(info: dict[Any, Any], cursor: str) -> bool:
     if first and _stream_id(first[0]) <= at:
         return True
     return at == (0, 0) and int(info.get("entries-added", -1)) == int(info.get("length", 0))
+
+
+def _logged_id(fields: dict[bytes, bytes]) -> str:
+    """The point id a log entry names, as text; a hostile entry (no id, not UTF-8) gives one
+    the replica refuses and counts, instead of stopping the log's reader at it."""
+    return fields.get(b"i", b"").decode("utf-8", "replace")
 
 
 def _glob_escape(text: str) -> str:

@@ -25,6 +25,7 @@ import secrets
 import shutil
 import threading
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,6 +49,10 @@ _BATCH = 1000  # points per rebuild step
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
 _COMPACT_AT = 10_000  # deleted points kept before a rebuild sheds them (and half the replica)
 _MAX_POINT_BYTES = 256 * 1024  # a vector, a question of at most a few thousand characters
+
+
+class _Closing(Exception):
+    """The replica is being closed: a rebuild under way stops."""
 
 
 class CorruptPoint(ValueError):
@@ -286,8 +291,12 @@ class ReplicatedIndex:
         count = 0
         try:
             for batch in batched(self.store.scan_points(self.namespace), _BATCH):
+                if self._stop.is_set():  # closing: a shutdown never waits for a whole rebuild
+                    raise _Closing
                 points = []
                 for point_id, data in batch:
+                    if not self._is_point_id(point_id):
+                        continue
                     decoded = self._decoded(point_id, data)
                     if decoded is not None:
                         points.append((point_id, *decoded))
@@ -318,6 +327,8 @@ class ReplicatedIndex:
     def _apply(self, points: Iterable[tuple[str, bytes | None]]) -> None:
         upserts, deletes = [], []
         for point_id, data in points:
+            if not self._is_point_id(point_id):
+                continue
             decoded = None if data is None else self._decoded(point_id, data)
             if decoded is None:
                 deletes.append(point_id)
@@ -347,17 +358,28 @@ class ReplicatedIndex:
                 except DiskFull:
                     raise
                 except Exception as exc:
-                    self._skip(point[0], exc)
+                    self._skipped(point[0], exc)
             return done
+
+    def _is_point_id(self, point_id: str) -> bool:
+        """Whether ``point_id`` is one the tier makes (a UUID's text); any other id, which the
+        engine would refuse and so stop the log's reader at, is skipped and counted."""
+        try:
+            if str(uuid.UUID(point_id)) == point_id:
+                return True
+        except (TypeError, ValueError):
+            pass
+        self._skipped(point_id, CorruptPoint("not a point id"))
+        return False
 
     def _decoded(self, point_id: str, data: bytes) -> tuple[np.ndarray, dict[str, Any]] | None:
         try:
             return decode_point(data, self.dim, self.namespace)
         except CorruptPoint as exc:
-            self._skip(point_id, exc)
+            self._skipped(point_id, exc)
             return None
 
-    def _skip(self, point_id: str, exc: Exception) -> None:
+    def _skipped(self, point_id: str, exc: Exception) -> None:
         """Count a stored point that cannot be indexed; warn about it at most once a minute."""
         self.corrupt_points += 1
         now = time.monotonic()
@@ -366,7 +388,7 @@ class ReplicatedIndex:
             self._warned_at = now
         log.log(
             logging.WARNING if loud else logging.DEBUG,
-            "tricache: stored vector point %s skipped: %s (%d so far)",
+            "tricache: stored vector point %r skipped: %s (%d so far)",
             point_id[:36], exc, self.corrupt_points,
         )  # fmt: skip
 

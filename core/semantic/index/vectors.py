@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +152,8 @@ class _SharedShard:
     def release(cls, path: Path) -> None:
         path = path.resolve()
         with cls._lock:
+            if path not in cls._open:  # opened by the parent of this forked child: left alone
+                return
             shard, users = cls._open[path]
             if users > 1:
                 cls._open[path] = (shard, users - 1)
@@ -193,6 +196,9 @@ class EdgeIndex:
         self._full = False
         self._check_room()
         self._shard = _SharedShard.acquire(self.path, dim)
+        # dropped without ``close`` (a cache never closed): the shard is released all the same
+        self._release = weakref.finalize(self, _SharedShard.release, self.path)
+        self._release.atexit = False
         self._write_lock = threading.Lock()
         hold_across_fork(self, "_write_lock")  # a child is never copied mid-write
         self._optimize_every = optimize_every
@@ -305,7 +311,7 @@ class EdgeIndex:
         threading.Thread(target=run, name="tricache-optimize", daemon=True).start()
 
     def close(self) -> None:
-        _SharedShard.release(self.path)
+        self._release()  # once: a second close, or the collector after it, does nothing
 
 
 def _edge_filter(must: Mapping[str, str]) -> Any:
