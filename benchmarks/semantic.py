@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tricache import Cache
+from tricache import Cache, Semantic
 from tricache.key.question import locate
 from tricache.semantic.embed import get_embedder
 from tricache.tools.evaluate import read_pairs
@@ -106,7 +106,7 @@ def top_up(cache: Cache, count: int, rng: np.random.Generator) -> None:
 
 def bench_tricache(size: int, stored: list[str], probes: list[str]) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix="tricache-sem-"))
-    cache = Cache(path=tmp / "l2.sqlite3", audit=False, warm=True)
+    cache = Cache(path=tmp / "l2.sqlite3", semantic=Semantic(audit=False), warm=True)
     started = time.perf_counter()
     fill_tricache(cache, stored, size)
     fill_s = time.perf_counter() - started
@@ -265,8 +265,7 @@ class _TriCacheWorker:
         )
         self.cache = Cache(
             namespace=spec["namespace"],
-            vector_path=spec["vector_path"],
-            audit=False,
+            semantic=Semantic(vector_path=spec["vector_path"], audit=False),
             faq=False,
             warm=True,
             **where,
@@ -533,8 +532,7 @@ def _bench_tricache_workers(
     # workers are measured beside it).
     parent = Cache(
         namespace=namespace,
-        vector_path=tmp / kind / "parent",
-        audit=False,
+        semantic=Semantic(vector_path=tmp / kind / "parent", audit=False),
         faq=False,
         warm=True,
         **options,
