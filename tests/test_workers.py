@@ -328,3 +328,24 @@ def test_a_replica_never_builds_an_hnsw_graph_in_process(
     assert builds == []
     replica.close()
     store.close()
+
+
+def test_a_discard_on_the_request_path_waits_on_neither_the_store_nor_a_write(
+    private_store: RedisStore, tmp_path: Path
+) -> None:
+    import threading
+
+    replica = _replica(private_store, "ns", tmp_path, "r")
+    point_id, vector, payload = _point(1, "ns")
+    replica.upsert(point_id, vector, payload)
+    with replica._local._write_lock:  # the sync thread writing a batch into the replica
+        done = threading.Thread(target=replica.discard, args=([point_id],))
+        done.start()
+        done.join(10)
+        assert not done.is_alive()  # it did not wait for the batch
+        assert replica.search(vector, {"scope": "s"}, 5, 0.5) == []  # gone from searches
+    assert sum(1 for _ in private_store.scan_points("ns")) == 1  # the store: at the next sync
+    replica.sync()
+    assert sum(1 for _ in private_store.scan_points("ns")) == 0
+    assert replica.count() == 0
+    replica.close()

@@ -29,6 +29,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -148,7 +149,8 @@ class ReplicatedIndex:
         self.sync_errors = 0
         self.corrupt_points = 0
         self._warned_at = float("-inf")
-        self._doomed: deque[str] = deque(maxlen=_MAX_DOOMED)  # deletions the store has not had
+        self._doomed: deque[str] = deque()  # deletions the store has not had
+        self._hidden: set[str] = set()  # of those, the ones not yet deleted here either
         self._retired: list[EdgeIndex] = []
         self._garbage = 0  # points deleted from the replica since it was built
         self._stop = threading.Event()
@@ -185,7 +187,8 @@ class ReplicatedIndex:
     def search(
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
     ) -> list[Candidate]:
-        return self._local.search(vector, must, limit, threshold)
+        found = self._local.search(vector, must, limit, threshold)
+        return [c for c in found if c.id not in self._hidden] if self._hidden else found
 
     def delete(self, point_ids: Sequence[str]) -> None:
         """From the store (so from every process by its next sync; raises when it cannot),
@@ -196,12 +199,15 @@ class ReplicatedIndex:
         self._garbage += len(point_ids)
 
     def discard(self, point_ids: Sequence[str]) -> None:
-        """Here at once, from the store by the next sync: for the request path, which meets
-        points whose answers are gone and must not wait on a store."""
-        self._local.delete(point_ids)
-        self._garbage += len(point_ids)
-        if self.store is not None:
-            self._doomed.extend(point_ids)
+        """Out of searches at once; deleted here and from the store by the next sync.  For the
+        request path, which meets points whose answers are gone: it waits neither on the
+        store nor on a batch the sync thread is writing into the replica."""
+        if self.store is None or len(self._hidden) >= _MAX_DOOMED:
+            self._local.delete(point_ids)
+            self._garbage += len(point_ids)
+            return
+        self._hidden.update(point_ids)
+        self._doomed.extend(point_ids)
 
     def delete_where(self, must: Mapping[str, str]) -> None:
         """Only the whole namespace (``{"namespace": ...}``): a point is deleted by its id."""
@@ -242,10 +248,13 @@ class ReplicatedIndex:
             if self._closed:
                 return 0
             self._close_retired()
-            if self._doomed:  # before reading the log: what it says must not bring them back
-                doomed = list(dict.fromkeys(self._doomed))
+            if waiting := len(self._doomed):  # before the log: it must not bring them back
+                doomed = list(dict.fromkeys(islice(self._doomed, waiting)))
                 self.store.delete_points(self.namespace, doomed)
-                for _ in doomed:
+                self._local.delete(doomed)
+                self._garbage += len(doomed)
+                self._hidden.difference_update(doomed)
+                for _ in range(waiting):  # (those discarded meanwhile wait for the next sync)
                     self._doomed.popleft()
             while True:
                 changes = self.store.points_since(self.namespace, self.cursor)
