@@ -352,3 +352,19 @@ def test_a_discard_on_the_request_path_waits_on_neither_the_store_nor_a_write(
     assert sum(1 for _ in private_store.scan_points("ns")) == 0
     assert replica.count() == 0
     replica.close()
+
+
+def test_a_point_written_again_after_a_discard_stays(
+    private_store: RedisStore, tmp_path: Path
+) -> None:
+    """A stale hit discards its point; the app then asks the LLM and writes the same request
+    again (the same point id): the new point must not go with the old one."""
+    replica = _replica(private_store, "ns", tmp_path, "r")
+    point_id, vector, payload = _point(1, "ns")
+    replica.upsert(point_id, vector, payload)
+    replica.discard([point_id])
+    replica.upsert(point_id, vector, payload)
+    replica.sync()
+    assert [c.id for c in replica.search(vector, {"scope": "s"}, 5, 0.5)] == [point_id]
+    assert sum(1 for _ in private_store.scan_points("ns")) == 1
+    replica.close()

@@ -179,6 +179,7 @@ class ReplicatedIndex:
         """Write the point to the store (raises when it cannot), then to the replica."""
         data = encode_point(vector, payload)
         stored, _ = decode_point(data, self.dim, self.namespace)  # what every process will see
+        self._hidden.discard(point_id)  # written again (its request answered anew): it stays
         if self.store is not None:
             ttl = float(payload["expires_at"]) - time.time()
             self.store.put_point(self.namespace, point_id, data, max(ttl, 0.001))
@@ -209,6 +210,10 @@ class ReplicatedIndex:
         self._hidden.update(point_ids)
         self._doomed.extend(point_ids)
 
+    def _still_doomed(self, point_ids: Iterable[str]) -> list[str]:
+        """Of discarded ids, those not written again since (once each)."""
+        return [i for i in dict.fromkeys(point_ids) if i in self._hidden]
+
     def delete_where(self, must: Mapping[str, str]) -> None:
         """Only the whole namespace (``{"namespace": ...}``): a point is deleted by its id."""
         if dict(must) != {"namespace": self.namespace}:
@@ -232,7 +237,7 @@ class ReplicatedIndex:
             self._closed = True
             with contextlib.suppress(Exception):
                 if self.store is not None and self._doomed:
-                    self.store.delete_points(self.namespace, list(self._doomed))
+                    self.store.delete_points(self.namespace, self._still_doomed(self._doomed))
                 self._persist()
             self._local.close()
             self._close_retired()
@@ -249,7 +254,7 @@ class ReplicatedIndex:
                 return 0
             self._close_retired()
             if waiting := len(self._doomed):  # before the log: it must not bring them back
-                doomed = list(dict.fromkeys(islice(self._doomed, waiting)))
+                doomed = self._still_doomed(islice(self._doomed, waiting))
                 self.store.delete_points(self.namespace, doomed)
                 self._local.delete(doomed)
                 self._garbage += len(doomed)
@@ -314,7 +319,7 @@ class ReplicatedIndex:
             fresh.close()
             shutil.rmtree(fresh.path, ignore_errors=True)
             raise
-        fresh.delete(list(self._doomed))  # deleted here meanwhile, not yet in the store
+        fresh.delete(self._still_doomed(self._doomed))  # discarded, not yet in the store
         self._garbage = 0
         self._retire(self._local)
         self._local, self.cursor = fresh, head
