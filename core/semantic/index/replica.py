@@ -321,15 +321,11 @@ class ReplicatedIndex:
             raise
         fresh.delete(self._still_doomed(self._doomed))  # discarded, not yet in the store
         self._garbage = 0
-        self._retire(self._local)
+        self._retired.append(self._local)  # closed at the next sync, once searches on it end
         self._local, self.cursor = fresh, head
         self._persist()
         log.info("tricache: vector replica rebuilt from the store: %d points", count)
         return count
-
-    def _retire(self, old: EdgeIndex) -> None:
-        """Close a replaced replica once searches begun on it are done (the next sync)."""
-        self._retired.append(old)
 
     def _close_retired(self) -> None:
         while self._retired:
@@ -426,8 +422,10 @@ class ReplicatedIndex:
         return _engine(self._slot.new_shard(), self.dim)
 
     def _after_fork(self) -> None:
-        """A forked child never uses this replica (the cache opens one of its own)."""
-        self._slot.forget()
+        """A forked child never uses this replica (the cache opens one of its own); closing
+        its copy of the slot's descriptor leaves the parent's lock held, and frees the slot
+        once the parent is gone even while the child runs."""
+        self._slot.release()
 
 
 def _sync_forever(ref: weakref.ref[ReplicatedIndex], stop: threading.Event, every: float) -> None:
@@ -496,11 +494,6 @@ class _Slot:
 
     def release(self) -> None:
         self._lock.close()  # the lock goes with the last descriptor of this open file
-
-    def forget(self) -> None:
-        """In a forked child: close the child's copy of the descriptor (the parent keeps the
-        lock), so the slot is free once the parent is gone even while the child runs."""
-        self.release()
 
 
 def _size(path: Path) -> int:

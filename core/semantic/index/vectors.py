@@ -284,13 +284,6 @@ class EdgeIndex:
         with self._write_lock:
             self._shard.flush()
 
-    def optimize_every(self, points: int, *, now: bool = False) -> None:
-        """Optimize after every ``points`` new points from now on (and at once if ``now``)."""
-        with self._write_lock:
-            self._optimize_every = points
-        if now and not self._optimizing.is_set():
-            self._start_optimize()
-
     def optimize(self) -> None:
         """Build the HNSW index now (blocking); searches keep being answered meanwhile."""
         self._optimizing.set()
