@@ -46,10 +46,12 @@ def _check(reports: list[dict[str, Any]]) -> None:
         assert report["stale"] == [], report  # invalidated by worker 0: gone everywhere
 
 
-def test_four_spawned_workers_share_the_semantic_tier(options: dict[str, Any]) -> None:
-    barrier, results = spawn.Barrier(WORKERS), spawn.Queue()
+def _run_workers(context: Any, target: Any, first: Any) -> list[dict[str, Any]]:
+    """Run ``target(first, i, WORKERS, barrier, results)`` in WORKERS processes of ``context``;
+    their reports, once every one exited cleanly."""
+    barrier, results = context.Barrier(WORKERS), context.Queue()
     workers = [
-        spawn.Process(target=share_semantically, args=(options, i, WORKERS, barrier, results))
+        context.Process(target=target, args=(first, i, WORKERS, barrier, results))
         for i in range(WORKERS)
     ]
     for worker in workers:
@@ -60,29 +62,18 @@ def test_four_spawned_workers_share_the_semantic_tier(options: dict[str, Any]) -
         for worker in workers:
             worker.join(60)
     assert [w.exitcode for w in workers] == [0] * WORKERS
-    _check(reports)
+    return reports
+
+
+def test_four_spawned_workers_share_the_semantic_tier(options: dict[str, Any]) -> None:
+    _check(_run_workers(spawn, share_semantically, options))
 
 
 def test_four_workers_forked_after_use_share_the_semantic_tier(options: dict[str, Any]) -> None:
     with Cache(warm=True, **options) as parent:  # gunicorn --preload: used, then forked
         assert parent.update(parent.request("How do I rename a project?"), "in settings")
         assert parent.lookup(parent.request("How can I rename a project?")) is not None
-        barrier, results = fork.Barrier(WORKERS), fork.Queue()
-        workers = [
-            fork.Process(
-                target=share_with_inherited_cache, args=(parent, i, WORKERS, barrier, results)
-            )
-            for i in range(WORKERS)
-        ]
-        for worker in workers:
-            worker.start()
-        try:
-            reports = [results.get(timeout=240) for _ in workers]
-        finally:
-            for worker in workers:
-                worker.join(60)
-        assert [w.exitcode for w in workers] == [0] * WORKERS
-        _check(reports)
+        _check(_run_workers(fork, share_with_inherited_cache, parent))
         # the parent, which made its replica before the fork, sees the children's entries
         deadline = time.monotonic() + LAG_S
         while parent.lookup(parent.request(f"How can I {TOPICS[0]}?", tenant="acme")) is None:
@@ -368,3 +359,40 @@ def test_a_point_written_again_after_a_discard_stays(
     assert [c.id for c in replica.search(vector, {"scope": "s"}, 5, 0.5)] == [point_id]
     assert sum(1 for _ in private_store.scan_points("ns")) == 1
     replica.close()
+
+
+def test_a_hung_redis_stalls_no_lookup_and_the_replica_recovers(
+    private_redis: RedisServer,
+) -> None:
+    """Redis stopped (SIGSTOP) under a cache with the semantic tier: its lookups are answered
+    (misses or hits checked against the exact tier, never an exception), nothing waits on the
+    replica's sync thread, and once Redis runs again a new entry reaches the replica."""
+    options = {"redis_url": private_redis.url, "namespace": "hung"}
+    with Cache(warm=True, **options) as reader, Cache(warm=True, **options) as writer:
+        assert writer.update(writer.request("How do I reset my password?"), "use the link")
+        deadline = time.monotonic() + LAG_S
+        while reader.lookup(reader.request("How can I reset my password?")) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert private_redis.process is not None
+        os.kill(private_redis.process.pid, signal.SIGSTOP)
+        try:
+            import threading
+
+            answered: list[object] = []
+            asking = threading.Thread(
+                target=lambda: answered.extend(
+                    reader.lookup(reader.request(f"How can I {topic}?")) for topic in TOPICS
+                )
+            )
+            asking.start()
+            asking.join(60)  # each lookup spends at most one store timeout (50 ms)
+            assert not asking.is_alive() and len(answered) == len(TOPICS)
+        finally:
+            os.kill(private_redis.process.pid, signal.SIGCONT)
+        assert writer.update(writer.request(f"How do I {TOPICS[5]}?"), "in settings")
+        deadline = time.monotonic() + 30  # the sync thread's call in flight may time out first
+        while (hit := reader.lookup(reader.request(f"How can I {TOPICS[5]}?"))) is None:
+            assert time.monotonic() < deadline, reader.stats()["store"]["vector_replica"]
+            time.sleep(0.05)
+        assert hit.text == "in settings"
