@@ -32,6 +32,7 @@ from .key.question import locate
 from .key.request import CacheRequest, Turn, memo_bytes
 from .ops.breaker import CircuitBreaker
 from .ops.metrics import Metrics
+from .runtime.exit import Exiting, checkpoint, exiting, on_exit
 from .runtime.forks import inherited, on_fork
 from .runtime.home import data_dir
 from .semantic.audit import AuditLog
@@ -180,6 +181,7 @@ class Cache:
         # by default (the semantic tier and the FAQ miss until then), here when asked to.
         self._warming = _Warming(self)
         on_fork(self._after_fork)
+        on_exit(self._warming.stop)  # no warm-up left in native code when Python finalizes
         if warm if warm is not None else os.environ.get("TRICACHE_WARM") == "1":
             self._warming.run()
         else:
@@ -750,14 +752,16 @@ class _Warming:
         self._deferred: deque[tuple[CacheRequest, CacheEntry]] = deque(maxlen=200)
         self._faq_checked_at = 0.0
         self.took_s: float | None = None  # how long the last warm-up took
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Warm up in a daemon thread (again after a fork, or when something stayed closed)."""
         with self._lock:
-            if self._running and self._pid == os.getpid():
+            if (self._running and self._pid == os.getpid()) or exiting():
                 return
             self._running, self._pid = True, os.getpid()
-        threading.Thread(target=self.run, name="tricache-warm-up", daemon=True).start()
+        self._thread = threading.Thread(target=self.run, name="tricache-warm-up", daemon=True)
+        self._thread.start()
 
     def run(self) -> None:
         """Open everything now (blocking): what a ``warm=True`` cache does when it is made."""
@@ -768,11 +772,14 @@ class _Warming:
         try:
             tier = cache.semantic  # the embedder, the vector index, the guards' word lists
             if cache._faq_options is not None:
+                checkpoint()
                 cache.faq  # noqa: B018  (opens the FAQ when its file exists)
             while tier is not None and self._deferred:
+                checkpoint()
                 cache._semantic_add(*self._deferred.popleft())
         except Exception as exc:  # the tiers stay closed; the exact tier works on
-            log.warning("tricache: warm-up failed: %s", exc)
+            if not exiting():  # (stopped at a checkpoint, or an import refused at exit)
+                log.warning("tricache: warm-up failed: %s", exc)
         finally:
             self.took_s = round(time.perf_counter() - started, 2)
             self._done.set()
@@ -814,14 +821,17 @@ class _Warming:
             self._not_ready(cache, "semantic")
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Drop what waits to be indexed and wait for a warm-up under way (at exit, it stops
+        at its next checkpoint)."""
         self._deferred.clear()
-        if self._running and self._pid == os.getpid():
-            self._done.wait(timeout)
+        thread = self._thread  # (none in a forked child: the parent's is not copied)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()
         self._done.clear()
-        self._running = False
+        self._running, self._thread = False, None
 
 
 class _Unavailable(Exception):
@@ -835,7 +845,9 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
     from .semantic.index.vectors import QdrantServerIndex
 
     try:
+        checkpoint()
         embedder = get_embedder(options["embedder"])
+        checkpoint()
         if options["qdrant_url"] or options["qdrant_client"]:
             collection = "tricache_" + "".join(c if c.isalnum() else "_" for c in embedder.name)
             index: Any = QdrantServerIndex(
@@ -855,6 +867,8 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
             )
         audit_dir = Path(options["vector_path"] or data_dir())
         audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None
+    except Exiting:
+        raise
     except ImportError as exc:
         missing = (exc.name or "").partition(".")[0]
         if missing == "qdrant_client":
@@ -870,16 +884,22 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
             "tricache: semantic tier unavailable (%s); retrying in %d s", exc, _REOPEN_AFTER_S
         )
         raise _Unavailable from exc
-    return SemanticTier(
-        index,
-        embedder,
-        threshold=options["threshold"],
-        top_k=options["top_k"],
-        guards=options["guards"],
-        reranker=options["reranker"],
-        rerank_threshold=options["rerank_threshold"],
-        cacheable=options["cacheable"] or is_cacheable,
-        volatile_context=options["volatile_context"],
-        metrics=metrics,
-        audit=audit,
-    )
+    try:
+        return SemanticTier(
+            index,
+            embedder,
+            threshold=options["threshold"],
+            top_k=options["top_k"],
+            guards=options["guards"],
+            reranker=options["reranker"],
+            rerank_threshold=options["rerank_threshold"],
+            cacheable=options["cacheable"] or is_cacheable,
+            volatile_context=options["volatile_context"],
+            metrics=metrics,
+            audit=audit,
+        )
+    except Exiting:  # stopped while warming the guards up
+        index.close()
+        if audit is not None:
+            audit.close()
+        raise

@@ -8,6 +8,8 @@ import asyncio
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +59,39 @@ def test_warm_true_blocks_until_the_tiers_are_open(
     cache = Cache(path=tmp_path / "warm.sqlite3", warm=True)
     assert cache._semantic is not None
     cache.close()
+
+
+EXIT_SCRIPT = """
+import atexit, threading
+
+def no_warm_up_left():  # registered first, so it runs after tricache's own exit hook
+    alive = [t for t in threading.enumerate() if t.name == "tricache-warm-up" and t.is_alive()]
+    print("warm-up alive" if alive else "no warm-up", flush=True)
+
+atexit.register(no_warm_up_left)
+
+from tricache import Cache
+
+cache = Cache(path="{path}")  # warms up in the background
+cache.update(cache.request("How do I reset my password?"), "Settings > Security.")
+print(cache.lookup(cache.request("How do I reset my password?")).tier, flush=True)
+"""  # and the script ends at once, mid-warm-up
+
+
+def test_a_script_that_ends_during_the_warm_up_exits_cleanly(tmp_path: Path) -> None:
+    """CPython stops daemon threads where they stand when it finalizes: a warm-up still in
+    native code then (spaCy's BLAS) aborted a README example after it had printed its answer.
+    The exit now waits for the warm-up, which stops at its next step."""
+    script = tmp_path / "ends_early.py"
+    script.write_text(EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRICACHE_WARM"}
+    result = subprocess.run(
+        [sys.executable, "-X", "faulthandler", str(script)],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["exact", "no warm-up"], result.stdout
+    assert "tricache" not in result.stderr, result.stderr  # (no "warm-up failed" at exit)
 
 
 def test_long_prompts_are_bounded_misses_for_the_faq_and_the_semantic_tier(

@@ -48,7 +48,9 @@ def test_what_cannot_be_isolated_is_not_located() -> None:
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Cache:
     path: Path = tmp_path_factory.mktemp("question") / "c.sqlite3"
-    with Cache(path=path, namespace="question") as c:
+    # A module fixture is made before the autouse TRICACHE_WARM=1: warm up here, or the first
+    # tests would meet a semantic tier still loading (and miss) on a loaded machine.
+    with Cache(path=path, namespace="question", warm=True) as c:
         yield c
 
 

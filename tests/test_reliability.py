@@ -59,7 +59,8 @@ QUESTIONS = st.sampled_from([
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with Cache(path=tmp_path_factory.mktemp("tenants") / "t.sqlite3", faq=False) as cache:
+    path = tmp_path_factory.mktemp("tenants") / "t.sqlite3"
+    with Cache(path=path, faq=False, warm=True) as cache:  # (made before the autouse warm-up)
         yield cache
 
 

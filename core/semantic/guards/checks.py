@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...key.normalize import Form, form
+from ...runtime.exit import checkpoint
 from . import entities
 from .canonical import canonical
 from .lexicon import (
@@ -115,11 +116,16 @@ def use_entity_recognizer(mode: entities.Mode) -> None:
 
 def warm_up() -> None:
     """Load the models and word lists the guards use (jieba's tagger, spaCy if installed,
-    the spelling word counts) now rather than on the first lookup, which would wait for them."""
-    analyze("Warm up the guards before the first lookup?")
-    analyze("先加载分词词典")
-    is_lower_case_word("warm")
-    reconcile("how do i warm up", "How do I warm up?")
+    the spelling word counts) now rather than on the first lookup, which would wait for them.
+    Raises ``Exiting`` between steps once the interpreter exits."""
+    for step in (
+        lambda: analyze("Warm up the guards before the first lookup?"),
+        lambda: analyze("先加载分词词典"),
+        lambda: is_lower_case_word("warm"),
+        lambda: reconcile("how do i warm up", "How do I warm up?"),
+    ):
+        checkpoint()
+        step()
 
 
 def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
