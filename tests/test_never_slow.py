@@ -94,6 +94,38 @@ def test_a_script_that_ends_during_the_warm_up_exits_cleanly(tmp_path: Path) -> 
     assert "tricache" not in result.stderr, result.stderr  # (no "warm-up failed" at exit)
 
 
+FORK_EXIT_SCRIPT = """
+import os, sys
+from tricache import Cache
+
+cache = Cache(path="{path}")  # warms up in the background
+request = cache.request("How do I reset my password?")
+cache.update(request, "Settings > Security.")
+pid = os.fork()  # mid-warm-up: the child has no warm-up thread, and warms up on its own
+hit = cache.lookup(request)
+print("child" if pid == 0 else "parent", hit.tier if hit else None, flush=True)
+if pid:
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+"""  # both processes end at once, each with its own exit
+
+
+def test_a_child_forked_during_the_warm_up_and_its_parent_both_exit_cleanly(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "forks.py"
+    script.write_text(FORK_EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRICACHE_WARM"}
+    result = subprocess.run(
+        [sys.executable, "-X", "faulthandler", str(script)],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert sorted(lines) == ["child exact", "child exit 0", "parent exact"], result.stdout
+    assert "Fatal" not in result.stderr, result.stderr
+
+
 def test_long_prompts_are_bounded_misses_for_the_faq_and_the_semantic_tier(
     tmp_path: Path,
 ) -> None:

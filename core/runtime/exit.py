@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -46,6 +47,11 @@ def on_exit(hook: Callable[[], None]) -> None:
         _hooks.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
 
 
+def _in_child() -> None:  # a lock held by a parent thread at the fork stays held in the child
+    global _hooks_lock
+    _hooks_lock = threading.Lock()
+
+
 def _run_hooks() -> None:
     _exiting.set()
     with _hooks_lock:
@@ -63,3 +69,5 @@ def _run_hooks() -> None:
 # down what native code still needs (spaCy segfaulted when waited for from ``atexit``).  This is
 # the hook ``concurrent.futures`` uses; ``atexit`` where it is missing.
 getattr(threading, "_register_atexit", atexit.register)(_run_hooks)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)
