@@ -103,10 +103,11 @@ request = cache.request("How do I reset my password?")
 cache.update(request, "Settings > Security.")
 pid = os.fork()  # mid-warm-up: the child has no warm-up thread, and warms up on its own
 hit = cache.lookup(request)
-print("child" if pid == 0 else "parent", hit.tier if hit else None, flush=True)
+say = lambda line: os.write(1, (line + "\\n").encode())  # one write: the two never interleave
+say(("child " if pid == 0 else "parent ") + (hit.tier if hit else "miss"))
 if pid:
     _, status = os.waitpid(pid, 0)
-    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    say(f"child exit {{os.waitstatus_to_exitcode(status)}}")
 """  # both processes end at once, each with its own exit
 
 

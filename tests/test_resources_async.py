@@ -461,7 +461,7 @@ def kept_by(run: Callable[[], None]) -> int:
 
 
 def test_the_fingerprint_memos_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """4,096 conversations of ~100 KB each: the memos keep digests of long texts, so what
+    """4,096 conversations of ~50 KB each: the memos keep digests of long texts, so what
     they hold stays within their byte bounds, and ``memo_bytes()`` says what they hold."""
     # normalization is not what is measured here: a cheap stand-in that still makes a copy
     upper = lambda text, volatile=False: text.upper()  # noqa: E731
@@ -473,14 +473,14 @@ def test_the_fingerprint_memos_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPa
     def conversations() -> None:
         for i in range(4096):
             history = tuple(
-                Turn("human" if j % 2 else "ai", f"{i}.{j}{filler}") for j in range(100)
+                Turn("human" if j % 2 else "ai", f"{i}.{j}{filler}") for j in range(25)
             )
             exact_key(CacheRequest(f"{i} {filler}", system="Be brief.", history=history))
 
     grown = kept_by(conversations)
     assert memo_bytes() <= 24 * 2**20  # the memos' bounds: 2 x 4 MiB of pieces, 16 MiB of queries
     assert grown <= memo_bytes() + 2**20  # the counter does not under-report
-    assert grown < 24 * 2**20  # not the 800 MB these conversations weigh
+    assert grown < 24 * 2**20  # not the 200 MB these conversations weigh
 
 
 KINDS = ["SystemMessage", *["HumanMessage", "AIMessage"] * 6, "HumanMessage"]
