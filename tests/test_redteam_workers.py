@@ -169,6 +169,27 @@ def test_caches_dropped_without_close_leak_no_replica_nor_audit_writer(tmp_path:
     assert before is not None and fds() <= before + 4  # six more caches: no descriptors kept
 
 
+def test_redis_caches_dropped_without_close_leave_no_thread_polling(namespace: str) -> None:
+    """Before: the event listener held the exact tier's bound callback, so every dropped
+    Redis cache kept its listener and its upkeep thread (a version poll every 0.5 s) for good."""
+    upkeeps, listeners = _tricache_threads("tricache-upkeep"), _tricache_threads("tricache-events")
+    for n in range(4):
+        cache = Cache(namespace=f"{namespace}{n}", redis_url=REDIS_URL, semantic=False, faq=False)
+        assert cache.update(cache.request(f"How do I rename project {n}?"), "in settings")
+        assert cache.lookup(cache.request(f"How do I rename project {n}?")) is not None
+        assert _tricache_threads("tricache-events") > listeners  # subscribed: what is tested
+        del cache
+        gc.collect()
+    deadline = time.monotonic() + 30
+    while (
+        _tricache_threads("tricache-upkeep") > upkeeps
+        or _tricache_threads("tricache-events") > listeners
+    ):
+        assert time.monotonic() < deadline, "threads of dropped caches still run"
+        gc.collect()
+        time.sleep(0.1)
+
+
 # Two processes through LangChain: every served answer is the model's ----------------------
 RAG_LAYOUTS = ["context-in-system", "rag-prompt"]
 

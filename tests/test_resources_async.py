@@ -472,9 +472,7 @@ def test_the_fingerprint_memos_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPa
 
     def conversations() -> None:
         for i in range(4096):
-            history = tuple(
-                Turn("human" if j % 2 else "ai", f"{i}.{j}{filler}") for j in range(25)
-            )
+            history = tuple(Turn("human" if j % 2 else "ai", f"{i}.{j}{filler}") for j in range(25))
             exact_key(CacheRequest(f"{i} {filler}", system="Be brief.", history=history))
 
     grown = kept_by(conversations)

@@ -546,7 +546,13 @@ class ExactTier:
 
     def _subscribe(self) -> None:
         if not self._subscribed:
-            self.store.subscribe(self.namespace, self._on_event)  # type: ignore[union-attr]
+            assert self.store is not None
+            # The listener thread holds its callback: a bound method would keep this tier (and
+            # its upkeep thread, polling) alive after a cache dropped without close().  When
+            # the tier is collected, its store closes and the listener ends.
+            tier = weakref.ref(self)
+            self.store.subscribe(self.namespace, lambda message: _deliver(tier, message))
+            weakref.finalize(self, self.store.close).atexit = False
             self._subscribed = True
 
     def _take(self, state: VersionState, asked: tuple[float, float], after: int) -> bool:
@@ -736,6 +742,12 @@ class ExactTier:
         self._upkeep.stop()
         if self.store is not None:
             self.store.close()
+
+
+def _deliver(ref: weakref.ref[ExactTier], message: bytes) -> None:
+    tier = ref()
+    if tier is not None:
+        tier._on_event(message)
 
 
 _UNFIT = Stamp("", 0, 0.0)  # never current: the answer of its request is not stored
