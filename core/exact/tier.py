@@ -549,10 +549,11 @@ class ExactTier:
             assert self.store is not None
             # The listener thread holds its callback: a bound method would keep this tier (and
             # its upkeep thread, polling) alive after a cache dropped without close().  When
-            # the tier is collected, its store closes and the listener ends.
+            # the tier is collected, the listener ends.  (Not ``close``: from the collector it
+            # could run an idle event loop, with whatever that loop still had to do.)
             tier = weakref.ref(self)
             self.store.subscribe(self.namespace, lambda message: _deliver(tier, message))
-            weakref.finalize(self, self.store.close).atexit = False
+            weakref.finalize(self, self.store.unsubscribe).atexit = False
             self._subscribed = True
 
     def _take(self, state: VersionState, asked: tuple[float, float], after: int) -> bool:

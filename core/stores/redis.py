@@ -489,6 +489,9 @@ class RedisStore:
             )
             self._listener.start()
 
+    def unsubscribe(self) -> None:
+        self._stopped.set()  # the listener ends within a second
+
     def _listen(self, channel: str, callback: Callable[[bytes], None]) -> None:
         while not self._stopped.is_set():
             client = None

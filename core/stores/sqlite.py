@@ -400,6 +400,9 @@ class SQLiteStore:
     def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None:
         return None
 
+    def unsubscribe(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None  # nothing of the event loop's: its calls run in threads
 
