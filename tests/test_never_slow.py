@@ -145,6 +145,50 @@ def test_long_prompts_are_bounded_misses_for_the_faq_and_the_semantic_tier(
 
 
 # fork -----------------------------------------------------------------------------------------
+def test_a_fork_while_a_shard_is_being_made_leaves_the_parent_able_to_open_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gunicorn --preload forks while the warm-up opens the vector index.  A child forked
+    between the engine's making of a shard and its load inherited the engine's descriptor, whose
+    lock then refused the parent's load ("Can't init WAL: WouldBlock": the tier off for 30 s)."""
+    import qdrant_edge
+
+    from tricache.semantic.index.vectors import EdgeIndex
+
+    made, real = threading.Event(), qdrant_edge.EdgeShard
+
+    class SlowToClose:  # the engine's shard, with time to fork between its making and its load
+        @staticmethod
+        def create(path: str, config: Any) -> Any:
+            shard = real.create(path, config)
+            made.set()
+            time.sleep(1.0)
+            return shard
+
+        load = staticmethod(real.load)
+
+    monkeypatch.setattr(qdrant_edge, "EdgeShard", SlowToClose)
+    opened: list[Any] = []
+    opener = threading.Thread(target=lambda: opened.append(_open_or_error(EdgeIndex, tmp_path)))
+    opener.start()
+    assert made.wait(60)
+    pid = os.fork()
+    if pid == 0:  # the child holds what it inherited while the parent goes on
+        time.sleep(3)
+        os._exit(0)
+    opener.join(60)
+    os.waitpid(pid, 0)
+    assert len(opened) == 1 and isinstance(opened[0], EdgeIndex), opened
+    opened[0].close()
+
+
+def _open_or_error(index: Any, path: Path) -> Any:
+    try:
+        return index(path / "shard", 4)
+    except Exception as exc:
+        return exc
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_children_forked_after_use_never_corrupt_the_parent(tmp_path: Path, backend: str) -> None:
     """gunicorn --preload: the parent used the cache, then forks workers that use it too."""

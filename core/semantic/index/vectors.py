@@ -165,6 +165,10 @@ class _SharedShard:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_SharedShard.after_fork)
+# No fork in the middle of opening a shard: a child would inherit the engine's descriptor of a
+# shard being made, whose lock then outlives the parent's close and refuses the parent's own
+# load of it ("Can't init WAL: WouldBlock", the semantic tier off until its retry).
+hold_across_fork(_SharedShard, "_lock")
 
 
 class EdgeIndex:
