@@ -78,17 +78,25 @@ print(cache.lookup(cache.request("How do I reset my password?")).tier, flush=Tru
 """  # and the script ends at once, mid-warm-up
 
 
+def _run_cold(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run as a script, its cache warming up in the background (the default)."""
+    script = tmp_path / "script.py"
+    script.write_text(code, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRICACHE_WARM"}
+    return subprocess.run(
+        [sys.executable, "-X", "faulthandler", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )  # fmt: skip  (a hung exit fails here)
+
+
 def test_a_script_that_ends_during_the_warm_up_exits_cleanly(tmp_path: Path) -> None:
     """CPython stops daemon threads where they stand when it finalizes: a warm-up still in
     native code then (spaCy's BLAS) aborted a README example after it had printed its answer.
     The exit now waits for the warm-up, which stops at its next step."""
-    script = tmp_path / "ends_early.py"
-    script.write_text(EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "TRICACHE_WARM"}
-    result = subprocess.run(
-        [sys.executable, "-X", "faulthandler", str(script)],
-        env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    result = _run_cold(tmp_path, EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["exact", "no warm-up"], result.stdout
     assert "tricache" not in result.stderr, result.stderr  # (no "warm-up failed" at exit)
@@ -114,13 +122,7 @@ if pid:
 def test_a_child_forked_during_the_warm_up_and_its_parent_both_exit_cleanly(
     tmp_path: Path,
 ) -> None:
-    script = tmp_path / "forks.py"
-    script.write_text(FORK_EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "TRICACHE_WARM"}
-    result = subprocess.run(
-        [sys.executable, "-X", "faulthandler", str(script)],
-        env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    result = _run_cold(tmp_path, FORK_EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"))
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert sorted(lines) == ["child exact", "child exit 0", "parent exact"], result.stdout

@@ -118,14 +118,14 @@ def warm_up() -> None:
     """Load the models and word lists the guards use (jieba's tagger, spaCy if installed,
     the spelling word counts) now rather than on the first lookup, which would wait for them.
     Raises ``Exiting`` between steps once the interpreter exits."""
-    for step in (
-        lambda: analyze("Warm up the guards before the first lookup?"),
-        lambda: analyze("先加载分词词典"),
-        lambda: is_lower_case_word("warm"),
-        lambda: reconcile("how do i warm up", "How do I warm up?"),
-    ):
-        checkpoint()
-        step()
+    checkpoint()
+    analyze("Warm up the guards before the first lookup?")
+    checkpoint()
+    analyze("先加载分词词典")
+    checkpoint()
+    is_lower_case_word("warm")
+    checkpoint()
+    reconcile("how do i warm up", "How do I warm up?")
 
 
 def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
