@@ -243,6 +243,29 @@ def paused_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
+HUNG_EXIT_SCRIPT = """
+from tricache import Cache
+
+cache = Cache(redis_url="{url}", vector_path="{vectors}")  # warms up against a hung Redis
+request = cache.request("How do I reset my password?")
+print(cache.lookup(request), cache.update(request, "Settings > Security."), flush=True)
+"""  # and ends: the exit waits for the warm-up's step, which waits on the store's timeouts
+
+
+def test_a_script_ends_during_a_warm_up_against_a_hung_redis(
+    paused_redis: RedisServer, tmp_path: Path
+) -> None:
+    """README: an exit waits for the warm-up step under way.  Against a Redis that hangs
+    (SIGSTOP), that step's store calls time out: the exit comes, and cleanly."""
+    assert paused_redis.process is not None
+    os.kill(paused_redis.process.pid, signal.SIGSTOP)
+    code = HUNG_EXIT_SCRIPT.format(url=paused_redis.url, vectors=tmp_path / "v")
+    result = _run_cold(tmp_path, code)  # (the runner's timeout fails a hung exit)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["None", "False"], result.stdout  # a miss, a dropped write
+    assert "Fatal" not in result.stderr, result.stderr
+
+
 def test_lookups_under_a_hung_redis_each_spend_one_timeout_at_most(
     paused_redis: RedisServer,
 ) -> None:
