@@ -14,12 +14,13 @@ from .exact.policy import TtlPolicy
 from .exact.tier import ExactTier, StoreUnavailable
 from .exact.versions import Stamp
 from .key.entry import CacheEntry, CorruptEntry
+from .key.forms import same_question
 from .key.normalize import normalize
 from .key.request import CacheRequest, Turn, context_fingerprint, exact_key
 from .ops.breaker import CircuitBreaker
 from .ops.metrics import Metrics
 from .runtime.home import data_dir
-from .settings import Exact, Faq, Semantic
+from .settings import Exact, Faq, Learn, Semantic
 from .stack import Cache, Hit
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "ExactTier",
     "Faq",
     "Hit",
+    "Learn",
     "Metrics",
     "Semantic",
     "Stamp",
@@ -45,4 +47,5 @@ __all__ = [
     "data_dir",
     "exact_key",
     "normalize",
+    "same_question",
 ]

@@ -24,7 +24,7 @@ from .exact.policy import TtlPolicy
 from .semantic.guards.checks import DEFAULT_GUARDS, Guard
 from .semantic.tier import Reranker
 
-__all__ = ["Exact", "Faq", "Semantic"]
+__all__ = ["Exact", "Faq", "Learn", "Semantic"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,21 @@ class Exact:
 
 
 @dataclass(frozen=True, slots=True)
+class Learn:
+    """Decisions learned from the app's own traffic (``semantic.learning``): a candidate the
+    guards accept is served when the labels keep the expected share of wrong answers under
+    ``error_bound``; ``explore`` of the hits that would be served are asked of the LLM instead,
+    to keep checking them; ``judge(cached_question, cached_answer, new_question, new_answer)``
+    decides whether two answers are the same (default: equal in form, or the same numbers,
+    negations and names and very close embeddings).  ``floor``: no threshold below it."""
+
+    error_bound: float = 0.01
+    explore: float = 0.05
+    judge: Any = None
+    floor: float = 0.77
+
+
+@dataclass(frozen=True, slots=True)
 class Semantic:
     """The semantic tier: embedder, threshold, guards, re-ranker, audit, index location."""
 
@@ -52,14 +67,17 @@ class Semantic:
     rerank_threshold: float = 0.5
     audit: bool = True  # record every decision (hashed) for calibration
     vector_path: str | Path | None = None  # where this machine's replicas of the index live
+    learn: Learn | None = None  # learn decisions from the app's traffic (off: the threshold)
 
 
 @dataclass(frozen=True, slots=True)
 class Faq:
-    """The curated FAQ fallback."""
+    """The curated FAQ fallback (``learn``: its threshold learned from the app's traffic,
+    as the semantic tier's)."""
 
     path: str | Path | None = None  # None: beside the L2 file, or in the data directory
     threshold: float = 0.80
+    learn: Learn | None = None
 
 
 # Keyword arguments ``Cache`` took before the settings objects: kept for one release.
@@ -69,6 +87,7 @@ _LEGACY: dict[str, tuple[type, str]] = {
     "faq_path": (Faq, "path"),
     "faq_threshold": (Faq, "threshold"),
 }
+del _LEGACY["learn"]  # new: never a keyword of Cache
 
 
 def from_legacy(

@@ -38,9 +38,10 @@ from .runtime.home import data_dir
 from .semantic.audit import AuditLog
 from .semantic.guards.canonical import canonical
 from .semantic.guards.checks import is_cacheable
+from .semantic.learning import Learning
 from .semantic.tier import SemanticHit, SemanticTier
 from .settings import Exact, Faq, Semantic, from_legacy
-from .stores.base import L2Store, PointLog
+from .stores.base import L2Store, LabelLog, PointLog
 
 __all__ = ["Cache", "Hit"]
 
@@ -157,6 +158,8 @@ class Cache:
                 cacheable=cacheable,
                 audit=semantic_.audit,
                 volatile_context=volatile_context,
+                learn=semantic_.learn,
+                resolve=self.exact.fetch,
             )
             if semantic_ is not None
             else None
@@ -280,7 +283,8 @@ class Cache:
             return None
         start = time.perf_counter()
         try:
-            found = tier.lookup(request, self.exact.fetch)
+            key = self.exact.key(request) if tier.learning is not None else ""
+            found = tier.lookup(request, self.exact.fetch, key)
             self._semantic_breaker.success()
         except Exception as exc:
             self._semantic_breaker.failure()
@@ -433,6 +437,7 @@ class Cache:
             return False
         if entry is not None and semantic:
             self._semantic_add(request, entry)
+        self._labels(request, text, semantic=semantic and not negative)
         return entry is not None
 
     async def aupdate(
@@ -463,7 +468,20 @@ class Cache:
             return False
         if entry is not None and semantic and self._semantic_options is not None:
             await asyncio.to_thread(self._semantic_add, request, entry)
+        self._labels(request, text, semantic=semantic and not negative)
         return entry is not None
+
+    def _labels(self, request: CacheRequest, text: str, *, semantic: bool) -> None:
+        """The LLM answered ``request``: its answer labels the candidate its miss left pending
+        (``learning``; the labelling itself runs in the background)."""
+        tier = self._semantic
+        if tier is None or tier.learning is None:
+            return
+        key = self.exact.key(request)
+        if semantic:
+            tier.learning.answered(key, text, request.query[:_MAX_FAQ_QUESTION_CHARS])
+        else:
+            tier.learning.forget(key)
 
     def began(self, request: CacheRequest) -> Stamp | None:
         """The versions the last miss of ``request`` began under, in this thread or task (see
@@ -565,9 +583,11 @@ class Cache:
 
     def clear(self) -> None:
         """Drop every entry of the namespace, and its semantic points, in every process."""
-        self.exact.clear()
+        self.exact.clear()  # the store's labels go with its entries
         if (tier := self.semantic) is not None:
             tier.clear(self.namespace)
+            if tier.learning is not None:
+                tier.learning.reset()
         elif isinstance(store := self.exact.store, PointLog):  # the tier is off here
             store.clear_points(self.namespace)
 
@@ -584,6 +604,9 @@ class Cache:
             "warm_up_s": self._warming.took_s,  # None while warming
             "memo_bytes": memo_bytes(),  # normalized prompts kept for reuse, this process
         }
+        tier = self._semantic
+        if tier is not None and tier.learning is not None:
+            snapshot["learning"] = tier.learning.stats()
         return snapshot
 
     @property
@@ -607,6 +630,8 @@ class Cache:
     def close(self) -> None:
         self._warming.stop()  # waits for a warm-up under way: it may be creating the index
         if self._semantic is not None:  # before the store: it sends its last deletions there
+            if self._semantic.learning is not None:
+                self._semantic.learning.close()
             self._semantic.index.close()
             if self._semantic.audit is not None:
                 self._semantic.audit.close()
@@ -867,6 +892,7 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
             )
         audit_dir = Path(options["vector_path"] or data_dir())
         audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None
+        learning = _learning(options, embedder, metrics)
     except Exiting:
         raise
     except ImportError as exc:
@@ -897,9 +923,31 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
             volatile_context=options["volatile_context"],
             metrics=metrics,
             audit=audit,
+            learning=learning,
         )
     except Exiting:  # stopped while warming the guards up
         index.close()
         if audit is not None:
             audit.close()
+        if learning is not None:
+            learning.close()
         raise
+
+
+def _learning(options: dict[str, Any], embedder: Any, metrics: Metrics) -> Learning | None:
+    """The semantic tier's learning from labels, when asked for (``Semantic(learn=...)``)."""
+    learn = options["learn"]
+    if learn is None:
+        return None
+    store = options["store"] if isinstance(options["store"], LabelLog) else None
+    return Learning(
+        namespace=options["namespace"],
+        store=store,
+        resolve=options["resolve"],
+        embed=embedder.embed,
+        error_bound=learn.error_bound,
+        explore=learn.explore,
+        judge=learn.judge,
+        floor=learn.floor,
+        metrics=metrics,
+    )

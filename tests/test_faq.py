@@ -62,7 +62,7 @@ def test_runs_every_guard_of_the_semantic_tier(tmp_path: Path) -> None:
 
 
 def test_compares_the_canonical_question(store: FaqStore) -> None:
-    match = store.answer("Hi! Quick question: how do I reset my pasword? Thanks so much")
+    match = store.answer("Hi! Quick question: how do I reset my password? Thanks so much")
     assert match is not None and match.question == "How do I reset my password?"
     assert store.answer("那个，请问退款多久到账？谢谢哈") is not None
     assert store.answer("Hi! Quick question: how do I not reset my password?") is None

@@ -52,7 +52,7 @@ def test_chinese_paraphrase_and_look_alikes(cache: Cache) -> None:
     assert cache.lookup(cache.request("怎么关闭自动续费？")) is None
 
 
-# Same-meaning rewordings users type: discourse, typos, spelling and spacing variants
+# Same-meaning rewordings users type: discourse, spelling and spacing variants
 REWORDED = [
     ("Can I bring a power bank in my checked luggage?",
      "Um, hi, I was just wondering if I can bring a power bank in my checked luggage? Thanks"),
@@ -61,9 +61,6 @@ REWORDED = [
     ("高铁上有WiFi吗？", "那个，请问高铁上有WiFi吗？谢谢哈"),
     # a procedure on the asker's things is cacheable however it is introduced
     ("How do I cancel my subscription?", "Hey there, how do I cancel my subscription? Thanks"),
-    ("How do I reset my Windows password?", "how do i reset my windos pasword"),
-    ("What is the deadline for the scholarship application?",
-     "what is the dealine for the scholarhsip aplication"),
     ("Is there WiFi on the train?", "Is there Wi Fi on the train?"),
     ("How much is the PS5?", "how much is the ps 5"),
 ]  # fmt: skip
@@ -78,6 +75,10 @@ LOOK_ALIKES = [
      "Quick question if you don't mind: can't I bring a power bank in my checked luggage?"),
     ("How much is the PS5?", "how much is the ps 4"),
     ("高铁上有WiFi吗？", "那个，请问飞机上有WiFi吗？谢谢哈"),
+    # a word one letter from another is another word until the traffic says otherwise: no
+    # dictionary decides that "windos" meant "Windows" (nor that "lanoxin" meant "lanolin")
+    ("How do I reset my Windows password?", "how do i reset my windos pasword"),
+    ("Is lanolin safe during pregnancy?", "is lanoxin safe during pregnancy?"),
 ]  # fmt: skip
 
 

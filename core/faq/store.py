@@ -1,11 +1,13 @@
 """The FAQ fallback: curated answers in SQLite, tried after the semantic tier, before the LLM.
 
-Each entry has a question, an answer and optional paraphrases; every question form is indexed in
-FTS5 with the trigram tokenizer (which works for Chinese as well as English) and, with an
-embedder, as a vector of its canonical question (``canonical``: greetings, fillers and thanks
-removed).  A query is answered when its best candidate clears ``threshold`` and every guard of
-the semantic tier passes against the matched question: a curated answer served to a look-alike
-("How do I delete my comment?" for "How do I delete my account?") is as wrong as a cached one.
+Each entry has a question, an answer and optional paraphrases; every question form is indexed
+by its form key (``forms.form_key``: a question that differs only in width, spacing, case or
+punctuation is the same question, found without a model), in FTS5 with the trigram tokenizer
+(which works for Chinese as well as English) and, with an embedder, as a vector of its
+canonical question (``canonical``: greetings, fillers and thanks removed).  Otherwise a query is
+answered when its best candidate clears ``threshold`` and every guard of the semantic tier
+passes against the matched question: a curated answer served to a look-alike ("How do I delete
+my comment?" for "How do I delete my account?") is as wrong as a cached one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..key.forms import folded, form_key, same_question
 from ..key.request import normalize_query, text_bytes
 from ..runtime.forks import hold_across_fork
 from ..runtime.home import private_sqlite
@@ -40,7 +43,7 @@ CREATE TABLE IF NOT EXISTS faq (
 );
 CREATE TABLE IF NOT EXISTS faq_forms (
     id INTEGER PRIMARY KEY, faq_id INTEGER NOT NULL REFERENCES faq(id) ON DELETE CASCADE,
-    text TEXT NOT NULL, vector BLOB
+    text TEXT NOT NULL, vector BLOB, form TEXT
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS faq_fts USING fts5(
     text, content='faq_forms', content_rowid='id', tokenize='trigram'
@@ -112,6 +115,7 @@ class FaqStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        self._add_form_keys()
         self._matrix: tuple[np.ndarray, list[int]] | None = None  # vectors, form ids
         self._loaded_version = -1  # the FAQ version self._matrix was read at
 
@@ -135,8 +139,9 @@ class FaqStore:
                     for i, form in enumerate(forms):
                         blob = vectors[i].tobytes() if vectors is not None else None
                         self._db.execute(
-                            "INSERT INTO faq_forms (id, faq_id, text, vector) VALUES (?, ?, ?, ?)",
-                            (self._new_id(), faq_id, form, blob),
+                            "INSERT INTO faq_forms (id, faq_id, text, vector, form)"
+                            " VALUES (?, ?, ?, ?, ?)",
+                            (self._new_id(), faq_id, form, blob, form_key(form)),
                         )
                     count += 1
                 if count:
@@ -147,6 +152,25 @@ class FaqStore:
                 raise
             self._matrix = None
         return count
+
+    def _add_form_keys(self) -> None:
+        """Give the forms of a file made by an older version their form keys (once)."""
+        with self._lock:
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(faq_forms)")}
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if "form" not in columns:
+                    self._db.execute("ALTER TABLE faq_forms ADD COLUMN form TEXT")
+                rows = self._db.execute("SELECT id, text FROM faq_forms WHERE form IS NULL")
+                self._db.executemany(
+                    "UPDATE faq_forms SET form = ? WHERE id = ?",
+                    [(form_key(text), form_id) for form_id, text in rows.fetchall()],
+                )
+                self._db.execute("CREATE INDEX IF NOT EXISTS faq_forms_form ON faq_forms(form)")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def _new_id(self) -> int:
         return int(self._db.execute(_NEXT_ID).fetchone()[0])
@@ -235,9 +259,14 @@ class FaqStore:
         return matches
 
     def answer(self, query: str) -> FaqMatch | None:
-        """The confident answer for ``query``, or ``None``."""
+        """The confident answer for ``query``, or ``None``: a curated question it asks in
+        another form (no model asked), else the best candidate that clears the threshold and
+        passes every guard."""
         if not query.strip() or self.count() == 0:
             return None
+        for match in self._same_questions(query):
+            if not self._rejected(match.faq_id, query):
+                return match
         for match in self.search(query, limit=self.candidates):
             if match.score < self.threshold:
                 break
@@ -246,6 +275,21 @@ class FaqStore:
         return None
 
     # internals -----------------------------------------------------------------------------
+    def _same_questions(self, query: str) -> list[FaqMatch]:
+        """Curated forms that ``query`` asks in another form (``forms.same_question``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT q.id, q.question, q.answer, f.text FROM faq_forms f"
+                " JOIN faq q ON q.id = f.faq_id WHERE f.form = ? AND q.namespace = ?"
+                " ORDER BY f.id LIMIT 16",
+                (form_key(query), self.namespace),
+            ).fetchall()
+        return [
+            FaqMatch(faq_id, question, answer, text, 1.0)
+            for faq_id, question, answer, text in rows
+            if same_question(text, query)
+        ]
+
     def _vectors(self, texts: list[str]) -> np.ndarray | None:
         if self.embedder is None:
             return None
@@ -326,7 +370,7 @@ def _fts_terms(query: str) -> str:
 
 
 def _embeddable(text: str) -> str:
-    return canonical(text).encode("utf-8", "replace").decode("utf-8")
+    return canonical(folded(text)).encode("utf-8", "replace").decode("utf-8")
 
 
 def read_entries(path: str | Path) -> list[FaqEntry]:

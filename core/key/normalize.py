@@ -22,19 +22,11 @@ The rule, in general terms (DESIGN.md, "Normalization"):
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["Form", "form", "normalize", "replace_timestamps", "replace_volatile"]
+from .forms import CONTRACTIONS, fold_characters, restore_apostrophes, space_beside_han
 
-# Full-width ASCII (！ … ～) and the ideographic space → ASCII; other spacing characters → " ";
-# invisible characters that never carry meaning → removed.  Joiners (ZWJ, ZWNJ) are kept: they
-# build emoji sequences and shape Indic and Persian words.
-_FOLD: dict[int, int | None] = {i: i - 0xFEE0 for i in range(0xFF01, 0xFF5F)}
-_FOLD.update(dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None))
-# Spaces between Chinese characters are form; in Japanese and Korean they separate words.
-_HAN = r"\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_HAN_EDGE = re.compile(rf"[{_HAN}]$|^[{_HAN}]")
+__all__ = ["Form", "form", "normalize", "replace_timestamps", "replace_volatile"]
 
 # A line cut into verbatim spans (inline code, double-quoted strings, single-quoted strings that
 # do not open inside a word, so "don't" is a word), runs of spaces, and tokens.
@@ -120,41 +112,60 @@ def _one_case(text: str) -> bool:
 
 def _prose_line(line: str, one_case: bool, start: bool) -> tuple[str, bool]:
     """Fold a line's prose words (characters, and case where it tells nothing); re-space
-    between prose words only: spaces next to code, a quoted string or a symbol, and every
-    character of those, stay as typed.  Returns the line and whether a sentence ended it."""
+    between prose words only: spaces next to code, a quoted string or a symbol stay as typed,
+    and every character of those too, but for their width (``ＳＦ１２３`` is ``SF123``; code
+    and quoted strings keep theirs).
+    Spaces beside Chinese characters go.  Returns the line and whether a sentence ended it."""
     pieces = _PIECES.findall(line.strip(_SPACES))
-    folded = [_fold(p) if p[0] not in _SPACES else p for p in pieces]
+    folded = [p if p[0] in _SPACES or _is_code(p) else _fold(p) for p in pieces]
     out: list[str] = []
     for i, piece in enumerate(pieces):
         if piece[0] in _SPACES:
             before, after = folded[i - 1], folded[i + 1]
-            if not (_is_prose(before) and _is_prose(after)):
+            if _beside_chinese(before, pieces[i - 1], after, pieces[i + 1]):
+                out.append("")  # no spaces in Chinese text: 小红书 app = 小红书app
+            elif not (_is_prose(before) and _is_prose(after)):
                 out.append(piece)  # beside code or a symbol: as typed
-            elif _HAN_EDGE.search(before) and _HAN_EDGE.match(after):
-                out.append("")  # no spaces between Chinese words
             else:
                 out.append(" ")
             continue
         match = _WORD.fullmatch(folded[i])
         if match is None:
-            out.append(piece)  # code, a quoted string, a symbol: every character counts
+            out.append(folded[i])  # code, a quoted string, a symbol: every character counts
             start = False
             continue
         word = match.group(1)
+        prose = restore_apostrophes(folded[i]) if word.lower() in CONTRACTIONS else folded[i]
         if one_case or (start and word[:1].isupper() and word[1:] == word[1:].lower()):
-            out.append(folded[i].lower())
+            out.append(prose.lower())
         else:
-            out.append(folded[i])
+            out.append(prose)
         start = _ends_sentence(piece)
-    return "".join(out), start
+    return _SPACE_BEFORE_QUESTION_MARK.sub("", "".join(out)), start
 
 
 def _fold(token: str) -> str:
-    """A token's characters in their canonical form: NFC, full-width ASCII, invisible
-    characters removed (kept as typed unless the token turns out to be a prose word)."""
-    if token.isascii():
-        return token
-    return unicodedata.normalize("NFC", token).translate(_FOLD)
+    """A token's characters in their canonical form (``forms.fold_characters``: width,
+    invisible characters, curly apostrophes, NFC)."""
+    return token if token.isascii() else fold_characters(token)
+
+
+def _is_code(piece: str) -> bool:
+    """Inline code, a quoted string, or a token that reads as code (a call, a quote or a
+    backslash inside it: ``len('a\u200bb')``, ``print（1）``): kept as typed."""
+    if piece[0] in "`\"“'" or "\\" in piece or '"' in piece or "'" in piece:
+        return True
+    return ("(" in piece or "（" in piece) and _CALL.search(piece) is not None
+
+
+def _beside_chinese(before: str, raw_before: str, after: str, raw_after: str) -> bool:
+    if not space_beside_han(before[-1], after[0]):
+        return False
+    return not (_is_code(raw_before) or _is_code(raw_after))
+
+
+_CALL = re.compile(r"[A-Za-z_][\w.]{0,64}[(（]")
+_SPACE_BEFORE_QUESTION_MARK = re.compile(r"(?<=\w) +(?=[?？]+$)")
 
 
 def _is_prose(piece: str) -> bool:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..exact.tier import StoreUnavailable
 from ..key.entry import CacheEntry
+from ..key.forms import folded, form_key, same_question, unify
 from ..key.question import Located, locate
 from ..key.request import CacheRequest, context_fingerprint
 from ..ops.metrics import Metrics
@@ -39,8 +40,8 @@ from .audit import AuditLog
 from .embed import Embedder
 from .guards.canonical import canonical
 from .guards.checks import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
-from .guards.spelling import corrected, reconcile
 from .index.vectors import Candidate, VectorIndex
+from .learning import Learning, Pending, pool_of
 
 __all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier", "embedded_text"]
 
@@ -89,6 +90,8 @@ class Decision:
     top: list[float] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)
     skipped: str | None = None
+    by: str | None = None  # what served the hit: "form" (the same question), "threshold" or
+    # "learned" (a threshold the app's own labels taught, under the calibrated one)
 
 
 class SemanticTier:
@@ -110,6 +113,7 @@ class SemanticTier:
         max_chars: int = 2000,
         metrics: Metrics | None = None,
         audit: AuditLog | None = None,
+        learning: Learning | None = None,
     ) -> None:
         self.index = index
         self.embedder = embedder
@@ -138,18 +142,23 @@ class SemanticTier:
         self.max_chars = max_chars
         self.metrics = metrics or Metrics()
         self.audit = audit
+        self.learning = learning
         warm_up()
 
     # lookup --------------------------------------------------------------------------------
     def lookup(
-        self, request: CacheRequest, resolve: Callable[[str], CacheEntry | None]
+        self,
+        request: CacheRequest,
+        resolve: Callable[[str], CacheEntry | None],
+        key: str = "",
     ) -> SemanticHit | None:
         """The best guarded match for ``request``; ``resolve`` turns a stored reference into
         the current entry (``None`` when it expired or went stale, ``StoreUnavailable`` when
-        that cannot be known now)."""
+        that cannot be known now).  ``key`` (the request's exact key) lets a miss be labelled
+        by the answer the LLM gives it (``learning``)."""
         decision = Decision(_hash(request.query))
         try:
-            return self._decide(request, resolve, decision)
+            return self._decide(request, resolve, decision, key)
         finally:
             if self.audit is not None:
                 self.audit.record(decision)
@@ -159,6 +168,7 @@ class SemanticTier:
         request: CacheRequest,
         resolve: Callable[[str], CacheEntry | None],
         decision: Decision,
+        key: str,
     ) -> SemanticHit | None:
         located = locate(request.query, self.max_chars)
         skip = self._skip_reason(located)
@@ -167,105 +177,148 @@ class SemanticTier:
             self.metrics.incr(TIER, f"skipped_{skip}")
             return None
         assert located is not None
-        threshold = self.threshold_for(request.category)
-        query = _embeddable(located.question)  # what the guards judge: as typed, bar capitals
+        question = folded(located.question)  # the canonical form: what every comparison sees
+        scope = {"scope": self._scope(request, located)["scope"]}
+        for candidate in self.index.find({**scope, "form": form_key(question)}, self.top_k):
+            if same_question(str(candidate.payload.get("question", "")), question):
+                entry = self._resolve(candidate, resolve, decision)
+                if entry is not None:  # the same question in another form: no model asked
+                    return self._hit(candidate, entry, decision, "form")
+        static = self.threshold_for(request.category)
+        learning, pool = self.learning, self.pool(request, question)
+        threshold = self.threshold_for(request.category, pool) if learning else static
+        query = _embeddable(question)  # what the guards judge: as typed, bar capitals
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
-        scope = {"scope": self._scope(request, located)["scope"]}
-        candidates = self._candidates(query, vector, scope, threshold)
+        keep = min(threshold, learning.floor) if learning else threshold
+        candidates = self._candidates(query, vector, scope, keep)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
+        labelled = False  # the first candidate the guards accept is labelled by the answer
         for candidate in candidates:
-            question = str(candidate.payload.get("question", ""))
-            reason, ran = check(question, query, self.guards)
+            cached = str(candidate.payload.get("question", ""))
+            reason, ran = check(cached, query, self.guards)
             decision.guards = ran
             if reason is not None:
                 decision.rejected[candidate.id] = reason
                 self.metrics.incr(TIER, f"guard_{reason}")
                 continue
-            ref = str(candidate.payload.get("ref", ""))
-            try:
-                entry = resolve(ref)
-            except StoreUnavailable:  # not known to be gone: the point stays
-                decision.rejected[candidate.id] = "unavailable"
-                self.metrics.incr(TIER, "unresolved")
+            if learning is None:
+                entry = self._resolve(candidate, resolve, decision)
+                if entry is not None:
+                    return self._hit(candidate, entry, decision, "threshold")
                 continue
-            if entry is None:  # the response expired or went stale: the point goes too
-                decision.rejected[candidate.id] = "gone"
-                self.index.discard([candidate.id])
+            pending = Pending(pool, candidate.id, str(candidate.payload.get("ref", "")),
+                              candidate.score, cached, question, 1.0, time.monotonic())  # fmt: skip
+            if candidate.score < learning.lowest(candidate.id, threshold):
+                decision.rejected[candidate.id] = "threshold"
+            elif (entry := self._resolve(candidate, resolve, decision)) is None:
                 continue
-            decision.hit, decision.score = candidate.id, round(candidate.score, 4)
-            self.metrics.incr(TIER, "hits")
-            self.metrics.incr(TIER, f"hits_score_{_band(candidate.score)}")
-            return SemanticHit(entry, candidate.id, candidate.score, question, ref)
+            elif candidate.score < learning.entry_threshold(
+                candidate.id, entry.watermark, threshold
+            ):
+                decision.rejected[candidate.id] = "entry_threshold"
+            elif learning.explores():  # not served: the LLM answers, and labels it
+                learning.pend(key, pending._replace(weight=1 / learning.explore_rate))
+                decision.rejected[candidate.id] = "explored"
+                self.metrics.incr(TIER, "explorations")
+                return None
+            else:
+                by = "learned" if candidate.score < static else "threshold"
+                return self._hit(candidate, entry, decision, by)
+            if not labelled and key:
+                learning.pend(key, pending)
+                labelled = True
         self.metrics.incr(TIER, "misses")
         return None
+
+    def _resolve(
+        self,
+        candidate: Candidate,
+        resolve: Callable[[str], CacheEntry | None],
+        decision: Decision,
+    ) -> CacheEntry | None:
+        """The current entry ``candidate`` points at, or ``None`` (the point is discarded when
+        the entry is known to be gone)."""
+        try:
+            entry = resolve(str(candidate.payload.get("ref", "")))
+        except StoreUnavailable:  # not known to be gone: the point stays
+            decision.rejected[candidate.id] = "unavailable"
+            self.metrics.incr(TIER, "unresolved")
+            return None
+        if entry is None:  # the response expired or went stale: the point goes too
+            decision.rejected[candidate.id] = "gone"
+            self.index.discard([candidate.id])
+        return entry
+
+    def _hit(
+        self, candidate: Candidate, entry: CacheEntry, decision: Decision, by: str
+    ) -> SemanticHit:
+        decision.hit, decision.score, decision.by = candidate.id, round(candidate.score, 4), by
+        self.metrics.incr(TIER, "hits")
+        self.metrics.incr(TIER, f"hits_{by}")
+        self.metrics.incr(TIER, f"hits_score_{_band(candidate.score)}")
+        question = str(candidate.payload.get("question", ""))
+        ref = str(candidate.payload.get("ref", ""))
+        return SemanticHit(entry, candidate.id, candidate.score, question, ref)
+
+    def pool(self, request: CacheRequest, question: str) -> str:
+        """Whose labels decide for ``request``: its namespace, tenant and language."""
+        return pool_of(request.namespace, request.tenant, "zh" if _has_cjk(question) else "en")
 
     def _candidates(
         self, query: str, vector: np.ndarray, scope: dict[str, str], threshold: float
     ) -> list[Candidate]:
-        """Candidates above the threshold, each scored on the two questions as the guards will
-        compare them.  The search reaches ``_RESCORE_MARGIN`` below the threshold; a candidate
-        whose comparison differs from the texts embedded is embedded again on that
-        comparison, and the threshold then decides as usual:
-
-        - spelling reconciled (``spelling.reconcile``): "how do i reset my windos pasword"
-          against "How do I reset my Windows password?" is compared with "windows password",
-          "Wi Fi" against "WiFi" as "wifi";
-        - a question typed without case ("who designed the eiffel tower") against one typed
-          with case is compared lowered: the packaged embedders are case-sensitive, and
-          lowering every question was measured to raise look-alike false hits.
-
-        A question with an English typo also searches with a guess at the word meant
-        (``spelling.corrected``), which only adds candidates: one found by the guess alone
-        counts only when the other question confirms the word (the comparison rescores it)."""
+        """Candidates scoring ``threshold`` or more.  The search reaches ``_RESCORE_MARGIN``
+        below it, on the texts as asked; a candidate is scored again only where the two
+        questions differ in form, which the embedder would otherwise count against them (a
+        compound one writes in parts and the other as one word: "Wi Fi" / "WiFi"; a question
+        typed without case against one typed with case, compared lowered: the packaged
+        embedders are case-sensitive, and lowering every question was measured to raise
+        look-alike false hits).  Nothing that maps one word to another moves a score: a word
+        one letter from another is another word ("lanoxin" / "lanolin") unless the traffic
+        shows otherwise."""
         floor = max(0.0, threshold - _RESCORE_MARGIN)
         near = self.index.search(vector, scope, self.top_k, floor)
         new = canonical(query)
-        guess = _embeddable(corrected(new))
-        unconfirmed: set[str] = set()
-        if guess != _embeddable(new):
-            found = {c.id for c in near}
-            for candidate in self.index.search(
-                self.embedder.embed([guess])[0], scope, self.top_k, floor
-            ):
-                if candidate.id not in found:
-                    near.append(candidate)
-                    unconfirmed.add(candidate.id)
         pairs: dict[int, tuple[str, str]] = {}
         for i, candidate in enumerate(near):
-            cached = canonical(str(candidate.payload.get("question", "")))
-            a, b = reconcile(cached, new)
+            cached = canonical(folded(str(candidate.payload.get("question", ""))))
+            a, b = unify(cached, new)
             if _caseless(_embeddable(b)) and not _caseless(a):
                 a = a.lower()
             if (a, b) != (cached, new):
                 pairs[i] = (_embeddable(a), _embeddable(b))
-                unconfirmed.discard(candidate.id)
         if pairs:
             texts = [t for pair in pairs.values() for t in pair]
             vectors = self.embedder.embed(texts)
             for n, i in enumerate(pairs):
                 near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
-        kept = (c for c in near if c.score >= threshold and c.id not in unconfirmed)
+        kept = (c for c in near if c.score >= threshold)
         return sorted(kept, key=lambda c: -c.score)
 
     def _skip_reason(self, located: Located | None) -> str | None:
         if located is None or not _comparable(located.question):
             return "no_question"  # empty, too long, code, not isolated, or no words at all
-        if not self.cacheable(canonical(located.question)):  # "Hi, how do I …" is a procedure
+        if not self.cacheable(canonical(folded(located.question))):  # "Hi, how do I …" asks how
             return "uncacheable"
         return None
 
-    def threshold_for(self, category: str | None) -> float:
+    def threshold_for(self, category: str | None, pool: str | None = None) -> float:
+        """The threshold for a category: the calibrated one, or the one ``pool``'s labels
+        taught (``learning``), moved by the category's offset."""
+        base = self.threshold
+        if pool is not None and self.learning is not None:
+            base = self.learning.threshold(pool, base)
         offset = self.category_offsets.get(category, 0.0) if category else 0.0
-        return min(0.999, max(0.0, self.threshold + offset))
+        return min(0.999, max(0.0, base + offset))
 
     def _rerank(
         self, query: str, candidates: list[Candidate], decision: Decision
     ) -> list[Candidate]:
         if self.reranker is None or not candidates:
             return candidates
-        questions = [canonical(str(c.payload.get("question", ""))) for c in candidates]
+        questions = [canonical(folded(str(c.payload.get("question", "")))) for c in candidates]
         scores = list(self.reranker(query, questions))
         ranked = sorted(zip(scores, candidates, strict=True), key=lambda sc: -sc[0])
         kept = []
@@ -300,12 +353,13 @@ class SemanticTier:
         if self._skip_reason(located) is not None or entry.negative:
             return None
         assert located is not None
-        question = _embeddable(located.question)
-        vector = self.embedder.embed([embedded_text(located.question)])[0]
+        question = folded(located.question)
+        vector = self.embedder.embed([embedded_text(question)])[0]
         point_id = point_id_for(ref)
         payload = {
             **self._scope(request, located),
             "question": question,
+            "form": form_key(question),
             "lang": "zh" if _has_cjk(question) else "en",
             "category": entry.category or "",
             "tags": list(request.tags),
@@ -333,8 +387,9 @@ def point_id_for(ref: str) -> str:
 
 
 def embedded_text(question: str) -> str:
-    """What the embedder sees of a question: its canonical form, made embeddable."""
-    return _embeddable(canonical(question))
+    """What the embedder sees of a question: its canonical form without the discourse around
+    it, made embeddable."""
+    return _embeddable(canonical(folded(question)))
 
 
 def _embeddable(text: str) -> str:

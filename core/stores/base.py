@@ -14,7 +14,8 @@ under the old one is stale, in every process.
 
 A store that can also be the semantic tier's source of truth offers a ``PointLog``: the vector
 points of a namespace (opaque bytes) and a log of the ids that changed, which every process's
-in-process replica of the vector index follows.
+in-process replica of the vector index follows; and a ``LabelLog``: the labels the semantic
+tier learns its decisions from (``semantic.learning``), which every process reads.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 __all__ = [
     "DamagedState",
     "L2Store",
+    "LabelBatch",
+    "LabelLog",
     "PointChanges",
     "PointLog",
     "Record",
@@ -98,6 +101,25 @@ class PointLog(Protocol):
     def scan_points(self, namespace: str) -> Iterator[tuple[str, bytes]]: ...
     def points_since(self, namespace: str, cursor: str) -> PointChanges:
         """The next changes after ``cursor`` (a bounded batch: ask again until none)."""
+        ...
+
+
+class LabelBatch(NamedTuple):
+    labels: list[bytes]  # in the order they were logged
+    cursor: str
+    reset: bool  # the log is not the one the cursor was read from (cleared, lost): start over
+    more: bool  # a full batch: ask again
+
+
+@runtime_checkable
+class LabelLog(Protocol):
+    """An append-only log of labels per namespace (opaque bytes), capped (the oldest go
+    first) and emptied by ``clear``; a reader that finds another log than its cursor's (the
+    namespace was cleared, the store lost it) is told to start over."""
+
+    def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None: ...
+    def labels_since(self, namespace: str, cursor: str) -> LabelBatch:
+        """The next labels after ``cursor`` ("" for the log's start), a bounded batch."""
         ...
 
 

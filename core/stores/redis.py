@@ -11,6 +11,9 @@ Layout of a namespace ``ns``:
 - ``tricache:{ns}:p:<id>`` — the semantic tier's vector points (with the entries' TTL), and
   ``tricache:{ns}:plog`` — a capped stream of the point ids that changed (one slot: a script
   changes a point and logs it at once);
+- ``tricache:{ns}:labels`` — a capped stream of the labels the semantic tier learns from, and
+  ``tricache:{ns}:labels:id`` — the id of that log (a new one after ``clear``: readers start
+  over);
 - channel ``tricache:ns:events`` — invalidation messages.
 
 The two version keys share a hash tag (one cluster slot) and change only inside Lua scripts, so
@@ -42,7 +45,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..runtime.forks import on_fork
-from .base import DamagedState, PointChanges, Record, VersionState, WrittenKeys, batched
+from .base import (
+    DamagedState,
+    LabelBatch,
+    PointChanges,
+    Record,
+    VersionState,
+    WrittenKeys,
+    batched,
+)
 
 __all__ = ["RedisStore"]
 
@@ -186,6 +197,7 @@ class RedisStore:
         cluster: bool = False,
         write_log_length: int = 200_000,
         point_log_length: int = 100_000,
+        label_log_length: int = 100_000,
     ) -> None:
         self.url = url
         self.cluster = cluster
@@ -198,6 +210,7 @@ class RedisStore:
         )
         self._log_length = write_log_length
         self._point_log_length = point_log_length
+        self._label_log_length = label_log_length
         self._sync_client: Any = None
         self._bulk_client: Any = None
         self._lock = threading.Lock()
@@ -393,7 +406,31 @@ class RedisStore:
         count = 0
         for raw in self._sync.scan_iter(match=f"tricache:{namespace}:*", count=1000):
             count += self._sync.delete(raw)
+        self._sync.delete(_label_log_id(namespace), _label_log(namespace))  # id first
         return count
+
+    # labels (LabelLog) ----------------------------------------------------------------------
+    def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
+        """Append to the log (made with an id of its own when missing)."""
+        pipe = self._bulk.pipeline(transaction=False)
+        pipe.set(_label_log_id(namespace), secrets.token_hex(8), nx=True)
+        for data in labels:
+            pipe.xadd(_label_log(namespace), {"l": data}, maxlen=self._label_log_length)
+        pipe.execute()
+
+    def labels_since(self, namespace: str, cursor: str) -> LabelBatch:
+        log_id, _, after = cursor.partition("/")
+        pipe = self._bulk.pipeline(transaction=False)
+        pipe.get(_label_log_id(namespace))
+        pipe.xrange(_label_log(namespace), min=f"({after}" if after else "-", count=_LABELS)
+        current, entries = pipe.execute()
+        current = _text(current) if current is not None else ""
+        if current != log_id:  # cleared, lost or new: read this log from its start
+            entries = self._bulk.xrange(_label_log(namespace), min="-", count=_LABELS)
+            after = ""
+        labels = [fields[b"l"] for _, fields in entries if b"l" in fields]
+        last = _text(entries[-1][0]) if entries else after
+        return LabelBatch(labels, f"{current}/{last}", current != log_id, len(entries) >= _LABELS)
 
     # vector points (PointLog) -----------------------------------------------------------------
     def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None:
@@ -638,6 +675,17 @@ def _point_key(namespace: str, point_id: str) -> str:
 
 def _point_log(namespace: str) -> str:
     return f"tricache:{{{namespace}}}:plog"
+
+
+def _label_log(namespace: str) -> str:
+    return f"tricache:{{{namespace}}}:labels"
+
+
+def _label_log_id(namespace: str) -> str:
+    return f"tricache:{{{namespace}}}:labels:id"
+
+
+_LABELS = 5000  # labels per read
 
 
 def _continues(info: dict[Any, Any], cursor: str) -> bool:

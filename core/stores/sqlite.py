@@ -16,7 +16,7 @@ from typing import Any
 
 from ..runtime.forks import hold_across_fork, inherited, on_fork
 from ..runtime.home import private_sqlite
-from .base import PointChanges, Record, VersionState, WrittenKeys
+from .base import LabelBatch, PointChanges, Record, VersionState, WrittenKeys
 
 __all__ = ["SQLiteStore"]
 
@@ -53,6 +53,11 @@ CREATE INDEX IF NOT EXISTS points_expiry ON points(expires_at);
 CREATE TABLE IF NOT EXISTS point_logs (  -- a new log id on clear; changes below floor are gone
     namespace TEXT PRIMARY KEY, log TEXT NOT NULL, floor INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS labels (  -- what the semantic tier learns from, oldest first
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS labels_by_seq ON labels(namespace, seq);
+CREATE TABLE IF NOT EXISTS label_logs (namespace TEXT PRIMARY KEY, log TEXT NOT NULL);
 """
 
 
@@ -70,7 +75,8 @@ class SQLiteStore:
     (the exact tier does this every ``refresh_s``).
 
     It is also a ``PointLog``: the ``points`` table holds the semantic tier's vectors, its
-    ``seq`` column is the log (a deletion leaves a row without data for ``TOMBSTONE_S``).
+    ``seq`` column is the log (a deletion leaves a row without data for ``TOMBSTONE_S``); and
+    a ``LabelLog``: the ``labels`` table, capped at ``label_log_length`` per namespace.
     """
 
     name = "sqlite"
@@ -84,8 +90,10 @@ class SQLiteStore:
         sweep_every: float = 60.0,
         sweep_batch: int = 1000,
         clock: Callable[[], float] = time.time,
+        label_log_length: int = 100_000,
     ) -> None:
         self.path = Path(path)
+        self.label_log_length = label_log_length
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         private_sqlite(self.path)
         self._clock = clock
@@ -297,11 +305,47 @@ class SQLiteStore:
         return WrittenKeys([k for _, k in rows], str(rows[-1][0]), True)
 
     def clear(self, namespace: str) -> int:
-        with self._writing() as db:
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
             cur = db.execute(
                 "DELETE FROM entries WHERE key >= ? AND key < ?", _prefix_range(namespace)
             )
+            db.execute("DELETE FROM labels WHERE namespace = ?", (namespace,))
+            db.execute("DELETE FROM label_logs WHERE namespace = ?", (namespace,))
         return cur.rowcount
+
+    # labels (LabelLog) ----------------------------------------------------------------------
+    def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            db.execute(
+                "INSERT OR IGNORE INTO label_logs (namespace, log) VALUES (?, ?)",
+                (namespace, secrets.token_hex(8)),
+            )
+            cur = db.executemany(
+                "INSERT INTO labels (namespace, data) VALUES (?, ?)",
+                [(namespace, data) for data in labels],
+            )
+            last = cur.lastrowid or 0
+            if last % 1000 < len(labels):  # now and then: keep the newest only
+                db.execute(
+                    "DELETE FROM labels WHERE namespace = ? AND seq <= ?",
+                    (namespace, last - self.label_log_length),
+                )
+
+    def labels_since(self, namespace: str, cursor: str) -> LabelBatch:
+        log_id, _, after = cursor.partition("/")
+        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+            row = self._reader.execute(
+                "SELECT log FROM label_logs WHERE namespace = ?", (namespace,)
+            ).fetchone()
+            current = row[0] if row else ""
+            start = int(after or 0) if current == log_id else 0
+            rows = self._reader.execute(
+                "SELECT seq, data FROM labels WHERE namespace = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (namespace, start, _LABELS),
+            ).fetchall()
+        last = rows[-1][0] if rows else start
+        labels = [bytes(data) for _, data in rows]
+        return LabelBatch(labels, f"{current}/{last}", current != log_id, len(rows) >= _LABELS)
 
     # vector points (PointLog) -----------------------------------------------------------------
     def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None:
@@ -438,6 +482,9 @@ def _sweep_forever(
 
 _SWEEP_PAUSE_S = 0.005
 TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader away longer rebuilds)
+
+
+_LABELS = 5000  # labels per read
 
 
 def _point_log(db: sqlite3.Connection, namespace: str) -> tuple[str, int]:

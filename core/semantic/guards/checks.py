@@ -17,8 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
-from ...key.normalize import Form, form
+from ...key.forms import case_differs, folded, literals, unify
+from ...key.words import is_lower_case_word, known
 from ...runtime.exit import checkpoint
 from . import entities
 from .canonical import canonical
@@ -27,11 +29,15 @@ from .lexicon import (
     ANTONYMS_ZH,
     FILLERS_EN,
     FILLERS_ZH,
+    FOCUS_EN,
+    FOCUS_ZH,
     IRREGULAR_EN,
+    MOODS_ZH,
     NEGATING_PREFIXES,
     NEGATIONS_EN,
     NEGATIONS_ZH,
     NUMBER_WORDS_EN,
+    PAST_ZH,
     PERSONS_EN,
     PRONOUNS_ZH,
     RELATIONS_EN,
@@ -45,7 +51,6 @@ from .lexicon import (
     ZH_UNITS,
 )
 from .roles import negated_verb, person
-from .spelling import is_lower_case_word, reconcile
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -75,15 +80,17 @@ class Analysis:
     numbers: tuple[str, ...]  # sorted multiset of canonical numbers
     entities: frozenset[str]  # names, product variants, codes
     wh: frozenset[str]  # when/where/who/why and their Chinese forms
-    form: Form  # literal tokens and the case of prose words (normalize.form)
+    literals: tuple[str, ...]  # symbols, code, flags, math (forms.literals)
+    typed: str  # the question as typed, in its canonical form (the case guard reads it)
 
 
 @lru_cache(maxsize=20_000)
 def analyze(question: str, typed: str | None = None) -> Analysis:
     """Analyze a question (memoized: cached questions are analyzed again on every lookup).
-    ``question`` is the text the guards compare (``check`` passes the canonical question with
-    its spelling reconciled); the case of its words is read from ``typed``, the question as
-    typed, when given: removing "Please" from "Please Polish this" must not hide the capital."""
+    ``question`` is the text the guards compare (``check`` passes the canonical question, its
+    compounds written as the other question writes them); the case of its words is read from
+    ``typed``, the question as typed, when given: removing "Please" from "Please Polish this"
+    must not hide the capital."""
     folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
     zh = bool(_CJK.search(folded))
     words, names = _tokens(folded, zh)
@@ -95,17 +102,9 @@ def analyze(question: str, typed: str | None = None) -> Analysis:
         numbers=_numbers(folded, words),
         entities=entities.latin_entities(question) | names,
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
-        form=_form(question, typed),
+        literals=literals(question),
+        typed=question if typed is None else typed,
     )
-
-
-def _form(question: str, typed: str | None) -> Form:
-    """Literals of the compared text, case of the typed one."""
-    compared = form(question)
-    if typed is None or typed == question:
-        return compared
-    as_typed = form(typed)
-    return Form(compared.literals, as_typed.cased, as_typed.has_case)
 
 
 def use_entity_recognizer(mode: entities.Mode) -> None:
@@ -125,7 +124,7 @@ def warm_up() -> None:
     checkpoint()
     is_lower_case_word("warm")
     checkpoint()
-    reconcile("how do i warm up", "How do I warm up?")
+    unify("how do i log in", "How do I login?")
 
 
 def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
@@ -278,12 +277,19 @@ def _stem(word: str) -> str:
     hiring → "hir"), so inflections of one word compare equal."""
     if word in IRREGULAR_EN:  # "made" → "make" → "mak", as "make" stems
         return _stem(IRREGULAR_EN[word])
+    if not _VOWEL.search(word):
+        return word  # an acronym or a code, not a plural: "https" is no "http"
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
     stem = word
     if len(word) > 4 and word.endswith("es") and word[:-2].endswith(("s", "x", "z", "ch", "sh")):
         stem = word[:-2]
-    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+    elif (
+        len(word) > 3
+        and word.endswith("s")
+        and not word.endswith(("ss", "us", "is"))
+        and not (known(word) and not known(word[:-1]))  # "canvas" is no plural of "Canva"
+    ):
         stem = word[:-1]
     elif len(word) > 5 and word.endswith("ing"):
         stem = word[:-3]
@@ -300,6 +306,7 @@ def _stems(a: Analysis) -> frozenset[str]:
     return frozenset(_stem(w) for w in a.tokens)
 
 
+_VOWEL = re.compile("[aeiouy]")
 _ANTONYM_STEMS = [(_stem(x), _stem(y)) for x, y in ANTONYMS_EN]
 
 
@@ -447,11 +454,12 @@ def added_content(a: Analysis, b: Analysis) -> str | None:
 def substitution(a: Analysis, b: Analysis) -> str | None:
     """The same question about another thing: one content word swapped for one or two others
     ("将军令丢了" vs "将军令坏了", "the chemistry game" vs "the biology game", "用花呗付款"
-    vs "用信用卡付款", where jieba splits 花呗 in two)."""
+    vs "用信用卡付款", where jieba splits 花呗 in two), or every content word another ("What
+    is hypothyroidism?" vs "What is hyperthyroidism?": the threshold alone would decide)."""
     only_a, only_b = _unmatched(a, b), _unmatched(b, a)
     shared = len(set(_content_stems(a)) & set(_content_stems(b)))
-    if only_a and only_b and len(only_a) + len(only_b) <= 3 and shared >= 1:
-        return "substitution"
+    if only_a and only_b and (shared == 0 or len(only_a) + len(only_b) <= 3):
+        return "substitution"  # with no content word shared: another topic (hypo- / hyper-)
     return None
 
 
@@ -488,46 +496,29 @@ def _unmatched(a: Analysis, b: Analysis) -> set[str]:
 def literal(a: Analysis, b: Analysis) -> str | None:
     """ "`ls -R`" vs "`ls -r`", "\\W" vs "\\w", "10³" vs "103", an emoji with or without its
     joiners: code, flags, math and symbols are never paraphrased, so they must be identical."""
-    return "literal" if a.form.literals != b.form.literals else None
+    return "literal" if a.literals != b.literals else None
 
 
 def case(a: Analysis, b: Analysis) -> str | None:
-    """ "Please Polish this" vs "Please polish this": when both questions were typed with
-    case, a word inside a sentence whose case differs is another word — when its lower-case
-    spelling is a word too ("Polish", "US", "Windows"): a name that is nothing else in lower
-    case ("Facebook" / "facebook", "Gmail" / "gmail") is the same name typed carelessly.  A
-    question typed all in lower case (or capitals) tells no case, and is compared without it."""
-    if not (a.form.has_case and b.form.has_case):
-        return None
-    forms_b = dict(b.form.cased)
-    for folded, word in a.form.cased:
-        if forms_b.get(folded, word) != word and is_lower_case_word(folded):
-            return "case"
-    return None
-
-
-_MODALS = {
-    **dict.fromkeys(("can", "could"), "can"),
-    **dict.fromkeys(("will", "would", "shall"), "will"),
-    **dict.fromkeys(("may", "might"), "may"),
-    "should": "should",
-    "must": "must",
-}
+    """ "Please Polish this" vs "Please polish this", ``US`` / ``us``, ``mW`` / ``MW``: the
+    case of a word that tells two words apart (``forms.case_differs``, the same rule that
+    decides whether two questions are one in form).  A question typed all in lower case (or
+    capitals) tells no case, and is compared without it."""
+    return "case" if case_differs(a.typed, b.typed) else None
 
 
 def relation(a: Analysis, b: Analysis) -> str | None:
     """A swapped word of a closed class changes who does what to whom (English): a
     preposition ("with meals" / "between meals", "to the lungs" / "from the lungs"), a
-    possessive with the same asker ("my password" / "his password"), a modal ("Can I" /
-    "Should I"), a tense ("Was Pluto" / "Is Pluto"), and / or, another person ("he" / "she"),
-    a degree ("a high dose" / "the highest dose"), or the agent of a passive on one side only
-    ("acquired by Google" / "acquire Google")."""
+    possessive with the same asker ("my password" / "his password"), and / or, another person
+    ("he" / "she"), a degree ("a high dose" / "the highest dose"), or the agent of a passive on
+    one side only ("acquired by Google" / "acquire Google")."""
     if a.zh or b.zh:
         return None
     words_a, words_b = set(a.tokens), set(b.tokens)
     if ("by" in words_a) != ("by" in words_b):
         return "relation"
-    for classes in (_RELATION_CLASS, _MODALS, _TENSES, _CONJUNCTIONS):
+    for classes in (_RELATION_CLASS, _CONJUNCTIONS):
         if _swapped(classes, words_a, words_b):
             return "relation"
     # he / she / they / we: another person is asked about (I / you is the generic "you")
@@ -574,11 +565,77 @@ def _persons(words: set[str]) -> set[str]:
 _RELATION_CLASS = {w: w for w in RELATIONS_EN}
 _POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
 _GENERIC = frozenset(("1s", "2"))
-_TENSES = {
-    **dict.fromkeys(("is", "are", "am", "do", "does", "has", "have"), "present"),
-    **dict.fromkeys(("was", "were", "did", "had"), "past"),
-}
 _CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
+
+
+def modality(a: Analysis, b: Analysis) -> str | None:
+    """Permission, ability, obligation, advice and time are what a question asks: "Can I
+    bring food?" / "Do I have to bring food?", "Will the Fed raise rates?" / "Did the Fed
+    raise rates?", 可以 / 应该, 能 / 要, 会 / 了.  Refused when each side has a mood the other
+    lacks, or one asks about the past and the other not; one side plain ("How do I …" / "How
+    can I …") is one question."""
+    moods_a, moods_b = _moods(a), _moods(b)
+    if moods_a - moods_b and moods_b - moods_a:
+        return "modality"
+    tense_a, tense_b = _tense(a, moods_a), _tense(b, moods_b)
+    if tense_a is not None and tense_b is not None and tense_a != tense_b:
+        return "modality"
+    return None
+
+
+def _moods(a: Analysis) -> set[str]:
+    tokens = a.tokens
+    if a.zh:
+        return {MOODS_ZH[t] for t in tokens if t in MOODS_ZH}
+    moods = {_MOODS_EN[t] for t in tokens if t in _MOODS_EN}
+    for first, second in pairwise(tokens):
+        if second == "to" and first in _MOOD_PHRASES_EN:  # "have to", "able to", "going to"
+            moods.add(_MOOD_PHRASES_EN[first])
+    return moods
+
+
+def _tense(a: Analysis, moods: set[str]) -> str | None:
+    """ "past" (a past form, or a perfect: "Has it been shipped?"), "now" (the present, a
+    future or any mood: "Could it be revoked?"), or ``None`` when the question says neither
+    or both."""
+    if a.zh:
+        past = any(t in PAST_ZH for t in a.tokens)
+        now = any(MOODS_ZH.get(t) == "will" for t in a.tokens)
+    else:
+        perfect = "been" in a.tokens
+        past = perfect or any(t in _PAST_EN for t in a.tokens)
+        now = bool(moods) or any(t in _NOW_EN and not (perfect and t in _HAVE) for t in a.tokens)
+    return None if past == now else "past" if past else "now"
+
+
+_MOODS_EN = {
+    **dict.fromkeys(("can", "could"), "can"),
+    **dict.fromkeys(("may", "might"), "may"),
+    **dict.fromkeys(("must", "need", "needs", "required"), "must"),
+    **dict.fromkeys(("should", "ought"), "should"),
+    **dict.fromkeys(("will", "would", "shall"), "will"),
+}
+_MOOD_PHRASES_EN = {
+    **dict.fromkeys(("have", "has", "had", "got"), "must"),
+    "able": "can",
+    "allowed": "may",
+    "supposed": "should",
+    "going": "will",
+}
+_PAST_EN = frozenset("was were did had".split())
+_NOW_EN = frozenset("is are am do does has have".split())
+_HAVE = frozenset(("has", "have"))
+
+
+def focus(a: Analysis, b: Analysis) -> str | None:
+    """Words that narrow what is asked, on one side only: "Is it just for members?" / "Is it
+    for members?", "Can kids fly alone?", "Can I bring my own food?", 自己 / 才 / 只 / 都 /
+    还 / 再.  Often fillers elsewhere ("I just wanted to ask" is discourse, removed before the
+    guards), here they change the answer."""
+    words = FOCUS_ZH if a.zh or b.zh else FOCUS_EN
+    if {t for t in a.tokens if t in words} != {t for t in b.tokens if t in words}:
+        return "focus"
+    return None
 
 
 DEFAULT_GUARDS: tuple[Guard, ...] = (
@@ -591,6 +648,8 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     wh_word,
     order,
     relation,
+    modality,
+    focus,
     person,
     negated_verb,
     added_content,
@@ -603,10 +662,13 @@ def check(
 ) -> tuple[str | None, tuple[str, ...]]:
     """Run ``guards`` on two questions: (the first rejection or ``None``, the guards run).
 
-    The guards compare the canonical questions (``canonical``: no greetings, fillers or
-    thanks) with spelling variants and typos of one word reconciled (``spelling``)."""
-    compared_a, compared_b = reconcile(canonical(cached), canonical(new))
-    a, b = analyze(compared_a, cached), analyze(compared_b, new)
+    The guards compare the canonical questions (``folded``: the canonical form; then
+    ``canonical``: no greetings, fillers or thanks) with the compounds one writes in parts and
+    the other as one word written alike (``forms.unify``).  Nothing else is rewritten: a word
+    that looks like a typo of another is another word until the app's traffic says otherwise."""
+    typed_a, typed_b = folded(cached), folded(new)
+    compared_a, compared_b = unify(canonical(typed_a), canonical(typed_b))
+    a, b = analyze(compared_a, typed_a), analyze(compared_b, typed_b)
     ran = []
     for guard in guards:
         ran.append(guard.__name__)

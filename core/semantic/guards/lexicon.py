@@ -87,7 +87,7 @@ STOPWORDS_EN = _words(
 # Words that add no content when one question has them and the other does not.
 FILLERS_EN = _words(
     "actually anybody basically best ever exactly explain go going good kind know like make "
-    "need ok okay possible possibly somebody sort tell thing things use used using want"
+    "need ok okay possible possibly somebody sort tell thing things use using want"
     # hedges: "How long does shipping usually take?" asks how long shipping takes
     " usually generally typically normally roughly approximately"
 )
@@ -118,6 +118,21 @@ IRREGULAR_EN = {
 }  # fmt: skip
 # Prefixes and suffixes that turn a word into its opposite: fair/unfair, careful/careless.
 NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "non-", "a")
+
+# Chinese moods: permission or ability, obligation, a future (the modality guard), and the
+# marks of a past.
+MOODS_ZH = {
+    **dict.fromkeys(
+        "可以 能 能够 可 允许 准许 能否 可否 能不能 可不可以 才能 才可以".split(), "can"
+    ),
+    **dict.fromkeys("需要 要 应该 应当 必须 需不需要 要不要 用不用 得要".split(), "must"),
+    **dict.fromkeys("会 将 将要 即将 会不会".split(), "will"),
+}
+PAST_ZH = _words("了 过 已经 曾经")
+
+# Words that narrow what is asked ("just for members", 自己, 才): the focus guard.
+FOCUS_EN = _words("just only even alone again own solely merely exclusively")
+FOCUS_ZH = _words("只 只有 只能 仅 仅仅 光 才 才能 才可以 都 还 也 又 再 自己 亲自 单独 另外")
 
 # Chinese function words dropped by the order guard ("和" is symmetric: "A和B" = "B和A").
 STOPWORDS_ZH = _words(

@@ -191,6 +191,10 @@ class ReplicatedIndex:
         found = self._local.search(vector, must, limit, threshold)
         return [c for c in found if c.id not in self._hidden] if self._hidden else found
 
+    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
+        found = self._local.find(must, limit + min(len(self._hidden), 64))
+        return [c for c in found if c.id not in self._hidden][:limit] if self._hidden else found
+
     def delete(self, point_ids: Sequence[str]) -> None:
         """From the store (so from every process by its next sync; raises when it cannot),
         then from here."""

@@ -3,10 +3,11 @@
 Both keep one payload schema and answer the same filtered top-k query, so the semantic tier has
 one code path.  Payload fields (all set by the semantic tier): ``scope`` (one digest of
 namespace, tenant, LLM and context: what every search filters on), ``namespace``, ``tenant``,
-``llm_key``, ``ctx``, ``question``, ``lang``, ``category``, ``tags``, ``kb_version``,
-``watermark``, ``expires_at``, ``verified`` and ``ref`` (the exact-tier key of the stored
-response).  ``scope`` carries a tenant-style keyword index, ``namespace`` and ``expires_at``
-plain indexes (bulk deletes).
+``llm_key``, ``ctx``, ``question`` (its canonical form), ``form`` (``forms.form_key``: form
+variants share it), ``lang``, ``category``, ``tags``, ``kb_version``, ``watermark``,
+``expires_at``, ``verified`` and ``ref`` (the exact-tier key of the stored response).
+``scope`` carries a tenant-style keyword index, ``form`` a keyword index (found without a
+vector), ``namespace`` and ``expires_at`` plain indexes (bulk deletes).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # What a search returns of each candidate's payload: all the decision needs.
 SEARCH_FIELDS = ("question", "ref")
+# Payload fields with a keyword index: the scope every query filters on, the namespace (bulk
+# deletes) and the question's form key (form variants are found by it, no vector needed)
 # HNSW beam width at search time.  A cache looks for near-duplicates (cosine >= ~0.9), which a
 # narrow beam finds as well as a wide one; 64 halves the search time of the default at 100k.
 HNSW_EF = 64
@@ -67,6 +70,10 @@ class VectorIndex(Protocol):
     def search(
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
     ) -> list[Candidate]: ...
+    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
+        """Points whose payload matches ``must``, without a vector (score 1.0)."""
+        ...
+
     def delete(self, point_ids: Sequence[str]) -> None: ...
     def discard(self, point_ids: Sequence[str]) -> None:
         """``delete`` for the request path: never waits on a store (it may finish later)."""
@@ -120,6 +127,7 @@ class _SharedShard:
                         ("scope", KeywordIndexParams(is_tenant=True)),
                         ("namespace", PayloadSchemaType.Keyword),
                         ("expires_at", PayloadSchemaType.Float),
+                        ("form", PayloadSchemaType.Keyword),
                     ]
                     for field, schema in indexes:
                         shard.update(UpdateOperation.create_field_index(field, schema))
@@ -132,6 +140,10 @@ class _SharedShard:
                         shutil.rmtree(scratch, ignore_errors=True)
                     private_tree(path)
                 shard = EdgeShard.load(str(path))
+                if "form" not in shard.info().payload_schema:  # made by an older version
+                    shard.update(
+                        UpdateOperation.create_field_index("form", PayloadSchemaType.Keyword)
+                    )
             except Exception as exc:
                 if "WAL" in str(exc) or "WouldBlock" in str(exc) or "lock" in str(exc).lower():
                     raise IndexLocked(str(exc)) from exc
@@ -256,6 +268,15 @@ class EdgeIndex:
             Candidate(str(p.id), p.score, dict(p.payload or {})) for p in self._shard.query(request)
         ]
 
+    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
+        from qdrant_edge import ScrollRequest
+
+        request = ScrollRequest(
+            limit=limit, filter=_edge_filter(must), with_payload=list(SEARCH_FIELDS)
+        )
+        records, _ = self._shard.scroll(request)
+        return [Candidate(str(r.id), 1.0, dict(r.payload or {})) for r in records]
+
     def delete(self, point_ids: Sequence[str]) -> None:
         from qdrant_edge import UpdateOperation
 
@@ -359,6 +380,7 @@ class QdrantServerIndex:
             self.client.create_payload_index(
                 collection, "expires_at", models.PayloadSchemaType.FLOAT
             )
+            self.client.create_payload_index(collection, "form", models.PayloadSchemaType.KEYWORD)
 
     def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
         point = self._models.PointStruct(
@@ -379,6 +401,15 @@ class QdrantServerIndex:
             search_params=self._models.SearchParams(hnsw_ef=HNSW_EF),
         )
         return [Candidate(str(p.id), p.score, dict(p.payload or {})) for p in response.points]
+
+    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
+        records, _ = self.client.scroll(
+            self.collection,
+            scroll_filter=self._filter(must),
+            limit=limit,
+            with_payload=list(SEARCH_FIELDS),
+        )
+        return [Candidate(str(r.id), 1.0, dict(r.payload or {})) for r in records]
 
     def delete(self, point_ids: Sequence[str]) -> None:
         if point_ids:

@@ -1,0 +1,221 @@
+"""Decisions learned from traffic, against today's static threshold and the peers' rule.
+
+Streams of real user queries labelled with their intent (``../shared/data``: banking77, and
+clinc150 with its out-of-scope queries), in random order (3 seeds) and in a Zipf-skewed order
+with repeats.  A stand-in model answers each query with its intent's answer (each
+out-of-scope query with an answer of its own), so a served answer is wrong exactly when the
+intent differs.  Every contender is a real ``Cache`` on the embedded defaults (its own
+temporary directory), fed the stream through the core API: look up, on a miss ask the model and
+store its answer.
+
+Contenders: today's static decision (calibrated threshold + guards), the learned decision
+(``Semantic(learn=Learn(error_bound=δ))``) at δ = 0.5 %, 1 %, 2 %, and the peers' rule — a
+plain cosine threshold, no guards — at GPTCache's default (0.8) and RedisVL's (distance 0.1:
+cosine 0.9), on the same embedder.
+
+    python benchmarks/learning.py [--quick] [--sets banking77,clinc150] [--seeds 3]
+
+Prints one table (calls avoided, wrong answers served, explorations: each a share of the
+stream) and writes benchmarks/results/learning.md and learning.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tricache import Cache, Exact, Learn, Semantic
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+OUT = Path(__file__).resolve().parent / "results"
+SETS = {"banking77": "banking77/banking77_test.tsv", "clinc150": "clinc150/clinc150_test.tsv"}
+
+
+@dataclass
+class Query:
+    text: str
+    intent: str
+
+    @property
+    def answer(self) -> str:
+        """The stand-in model's answer: its intent's, or (out of scope) one of its own."""
+        if self.intent == "oos":
+            return f"[{self.text}] is outside what this assistant covers."
+        return f"The answer for {self.intent.replace('_', ' ')}."
+
+
+@dataclass
+class Run:
+    """What one contender did on one stream."""
+
+    requests: int = 0
+    hits: int = 0
+    wrong: int = 0
+    explorations: int = 0
+    learned_hits: int = 0
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (seen, avoided, wrong)
+
+    def row(self) -> dict[str, float]:
+        n = max(self.requests, 1)
+        return {
+            "requests": self.requests,
+            "avoided": self.hits / n,
+            "wrong": self.wrong / n,
+            "explorations": self.explorations / n,
+            "learned_hits": self.learned_hits / n,
+        }
+
+
+def read(name: str) -> list[Query]:
+    with (DATA / SETS[name]).open(encoding="utf-8") as f:
+        return [Query(r["text"], r["intent"]) for r in csv.DictReader(f, delimiter="\t")]
+
+
+def streams(name: str, queries: list[Query], seeds: int, zipf_len: int) -> Iterator[tuple[str, list[Query]]]:
+    for seed in range(seeds):
+        order = list(queries)
+        random.Random(seed).shuffle(order)
+        yield f"{name} random (seed {seed})", order
+    # Zipf-skewed: queries drawn by rank (s = 1.1), so popular ones repeat, as in real traffic
+    rng = random.Random(100)
+    ranked = list(queries)
+    rng.shuffle(ranked)
+    weights = [1 / (rank + 1) ** 1.1 for rank in range(len(ranked))]
+    yield f"{name} zipf", rng.choices(ranked, weights=weights, k=zipf_len)
+
+
+def contenders() -> dict[str, Callable[[Path], Cache]]:
+    def make(semantic: Semantic) -> Callable[[Path], Cache]:
+        def build(home: Path) -> Cache:
+            return Cache(
+                path=home / "l2.sqlite3", warm=True, faq=False, exact=Exact(bloom=False),
+                semantic=semantic,
+            )  # fmt: skip
+
+        return build
+
+    return {
+        "static (today)": make(Semantic(audit=False)),
+        "learned δ=0.5%": make(Semantic(audit=False, learn=Learn(error_bound=0.005))),
+        "learned δ=1%": make(Semantic(audit=False, learn=Learn(error_bound=0.01))),
+        "learned δ=2%": make(Semantic(audit=False, learn=Learn(error_bound=0.02))),
+        "peers' rule @0.80 (GPTCache)": make(Semantic(audit=False, threshold=0.80, guards=())),
+        "peers' rule @0.90 (RedisVL)": make(Semantic(audit=False, threshold=0.90, guards=())),
+    }
+
+
+def run(build: Callable[[Path], Cache], stream: list[Query], seed: int) -> Run:
+    result = Run()
+    with tempfile.TemporaryDirectory(prefix="tricache-learning-") as tmp:
+        cache = build(Path(tmp))
+        tier = cache.semantic
+        assert tier is not None
+        if tier.learning is not None:
+            tier.learning.rng = random.Random(seed)
+        step = max(1, len(stream) // 100)
+        for i, query in enumerate(stream, 1):
+            request = cache.request(query.text)
+            hit = cache.lookup(request)
+            result.requests += 1
+            if hit is not None:
+                result.hits += 1
+                result.wrong += hit.text != query.answer
+            else:
+                cache.update(request, query.answer)
+                if tier.learning is not None:
+                    tier.learning.drain()  # labels in before the next query: reproducible
+            if i % step == 0 or i == len(stream):
+                result.curve.append((i, result.hits / i, result.wrong / i))
+        semantic = cache.stats().get("semantic", {})
+        result.explorations = semantic.get("explorations", 0)
+        result.learned_hits = semantic.get("hits_learned", 0)
+        cache.close()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="600 queries of banking77, 1 seed")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+    for name in args.sets.split(","):
+        queries = read(name)
+        seeds, zipf_len = args.seeds, len(queries)
+        if args.quick:
+            queries, seeds, zipf_len = queries[:600], 1, 600
+        for label, stream in streams(name, queries, seeds, zipf_len):
+            results[label] = {}
+            for who, build in contenders().items():
+                outcome = run(build, stream, seed=len(results))
+                results[label][who] = {**outcome.row(), "curve": outcome.curve}
+                row = outcome.row()
+                print(
+                    f"{label:28} {who:30} avoided {row['avoided']:6.1%}  wrong "
+                    f"{row['wrong']:6.2%}  explored {row['explorations']:5.1%}",
+                    flush=True,
+                )
+            if args.quick:
+                break
+    table = _table(results)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "learning_quick" if args.quick else "learning"
+    command = "python benchmarks/learning.py " + " ".join(sys.argv[1:])
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    (args.out / f"{stem}.md").write_text(
+        "# Decisions learned from traffic\n\n"
+        f"Command: `{command.strip()}` ({time.perf_counter() - started:.0f} s)\n\n"
+        "Each cell: LLM calls avoided / wrong answers served / explorations (LLM calls a hit "
+        "would have skipped), as shares of the stream.\n\n" + table + "\n"
+    )
+    _plot(results, args.out / f"{stem}.png")
+
+
+def _table(results: dict[str, dict[str, Any]]) -> str:
+    names = list(next(iter(results.values())))
+    lines = ["| stream | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for label, row in results.items():
+        cells = [
+            f"{r['avoided']:.1%} / {r['wrong']:.2%} / {r['explorations']:.1%}"
+            for r in row.values()
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _plot(results: dict[str, dict[str, Any]], path: Path) -> None:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return
+    label = next(iter(results))
+    figure = Figure(figsize=(10, 4))
+    avoided, wrong = figure.subplots(1, 2)
+    for who, row in results[label].items():
+        xs = [c[0] for c in row["curve"]]
+        avoided.plot(xs, [c[1] for c in row["curve"]], label=who)
+        wrong.plot(xs, [c[2] for c in row["curve"]], label=who)
+    avoided.set_title(f"calls avoided — {label}")
+    wrong.set_title("wrong answers served")
+    for ax in (avoided, wrong):
+        ax.set_xlabel("requests seen")
+    avoided.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,420 @@
+"""Form variants: the one canonical form in which every comparison sees a question.
+
+Two questions that differ only in *form* are the same question, and no model is asked:
+
+- **width** — full-width and half-width forms (``ＳＦ１２３`` / ``SF123``, ``＄２５０`` / ``$250``,
+  ``？`` / ``?``, the ideographic space), invisible characters (zero-width spaces, soft
+  hyphens), curly apostrophes;
+- **spacing** — runs of spaces, spaces beside Chinese characters (``小红书 app`` /
+  ``小红书app``), a space before the final question mark, and the spaces or hyphens inside
+  one word (``sign in`` / ``signin``, ``e mail`` / ``email``, ``AirPods Pro 2`` /
+  ``airpods pro2``, ``Wi-Fi`` / ``wifi``);
+- **case** of one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``), unless the lower-case
+  spelling is another word and both questions were typed with case ("Please Polish this" /
+  "Please polish this", ``US`` / ``us``, ``Windows`` / ``windows``);
+- **punctuation** — an apostrophe left out of a contraction (``whats`` / ``what's``, ``cant``
+  / ``can't``: a negation either way), a final "?", "." or "!".
+
+Everything else is not form: one word mapped to another (a typo, a British spelling, a
+character of the same pinyin) is a guess, and never makes two questions equal here.  Where
+a space or hyphen would make another word ("now here" / "nowhere", "a part" / "apart",
+"re-sign" / "resign", "1-2" / "12"), it is kept.
+
+:func:`folded` is the canonical text (case kept); :func:`same_question` decides form
+equality of two texts; :func:`form_key` is a digest every two same questions share (an index
+looks candidates up by it).  The exact key (``normalize``) folds characters the same way
+(``fold_characters``).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+from hashlib import blake2b
+from itertools import pairwise
+
+from .words import FUNCTION_WORDS_EN, is_lower_case_word
+
+__all__ = [
+    "CONTRACTIONS",
+    "case_differs",
+    "fold_characters",
+    "folded",
+    "form_key",
+    "literals",
+    "restore_apostrophes",
+    "same_question",
+    "skeleton",
+    "space_beside_han",
+    "tells_case",
+    "unify",
+]
+
+
+def _width_table() -> dict[int, int | str | None]:
+    """Full-width and half-width forms → their plain forms; invisible characters → none;
+    spacing characters → a space; curly apostrophes and quotes → straight ones."""
+    table: dict[int, int | str | None] = {}
+    for code in (0x3000, *range(0xFF00, 0xFFEF)):
+        tag, _, target = unicodedata.decomposition(chr(code)).partition(" ")
+        if tag in ("<wide>", "<narrow>") and target and " " not in target:
+            table[code] = int(target, 16)
+    table.update(dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None))
+    table.update(dict.fromkeys(map(ord, "\u00a0\u1680\u202f\u205f\u3000"), " "))
+    table.update(dict.fromkeys(range(0x2000, 0x200B), " "))
+    table.update(dict.fromkeys(map(ord, "\u2019\u2018\u02bc\uff07"), "'"))
+    table.update(dict.fromkeys(map(ord, "\u201c\u201d\uff02"), '"'))
+    return table
+
+
+_WIDTH = _width_table()
+
+
+def fold_characters(text: str) -> str:
+    """``text`` with width, invisible characters, spacing characters and curly apostrophes
+    folded, then canonically composed (NFC); nothing else (no NFKC: ``10³``, ``ß``, ligatures
+    and emoji joiners stay)."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", text.translate(_WIDTH))
+
+
+# Contractions typed without their apostrophe that spell no other word ("were", "well",
+# "ill", "its", "lets", "shed", "wed" are words, and stay as typed); "cant" and "wont" read as
+# the negations they nearly always are.
+CONTRACTIONS = {
+    **{w: w[:-1] + "'" + w[-1] for w in (
+        "dont doesnt didnt isnt arent wasnt werent hasnt havent hadnt couldnt wouldnt "
+        "shouldnt mustnt neednt aint cant wont whats thats hows wheres whos theres heres "
+        "whens whys".split())},
+    **{w: w[:-2] + "'" + w[-2:] for w in "youre theyre youve theyve weve youll theyll "
+       "youd theyd".split()},
+    **{w: w[:-2] + "'" + w[-2:] for w in ("wouldve", "couldve", "shouldve")},
+    "im": "i'm",
+    "ive": "i've",
+}  # fmt: skip
+_CONTRACTION = re.compile(r"(?<![\w'])(" + "|".join(CONTRACTIONS) + r")(?![\w'])", re.IGNORECASE)
+
+
+def restore_apostrophes(text: str) -> str:
+    """``dont`` → ``don't``, ``Whats`` → ``What's`` (the case of each letter kept)."""
+    if not _CONTRACTION.search(text):
+        return text
+
+    def restore(m: re.Match[str]) -> str:
+        typed = m.group()
+        plain = CONTRACTIONS[typed.lower()]
+        at = plain.index("'")
+        if plain.startswith("i'"):  # the pronoun: "im", "ive" → "I'm", "I've"
+            return "I" + "'" + typed[at:]
+        return typed[:at] + "'" + typed[at:]
+
+    return _CONTRACTION.sub(restore, text)
+
+
+# Code and quoted strings are never folded: fenced blocks, inline code, calls written with
+# full-width brackets (``print（1）`` is a syntax error that ``print(1)`` is not), and what
+# quotes hold (``len('a\u200bb')`` counts the invisible character)
+_CODE = re.compile(
+    r"```.*?(?:```|$)|`[^`\n]*`|[A-Za-z_][\w.]{0,64}（[^（）\s]{0,256}）"
+    r"|\"[^\"\n]*\"|“[^”\n]*”|(?<![\w'])'[^'\n]*'(?![\w'])",
+    re.DOTALL,
+)
+# Spaces beside Chinese characters are form; between Japanese kana or Korean words they
+# separate words, and stay.
+_HAN = "\u2e80-\u2fff\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_KANA_HANGUL = "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\uac00-\ud7af"
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_HAN_SPACE = re.compile(rf"(?<=[{_HAN}]) +(?![{_KANA_HANGUL}])|(?<![{_KANA_HANGUL}]) +(?=[{_HAN}])")
+_HAN_CHAR = re.compile(rf"[{_HAN}]")
+_KANA_HANGUL_CHAR = re.compile(rf"[{_KANA_HANGUL}]")
+
+
+def space_beside_han(before: str, after: str) -> bool:
+    """A space between the characters ``before`` and ``after`` is form: one is Chinese and
+    the other is not kana or hangul."""
+    if before < "\u1100" and after < "\u1100":
+        return False  # the common case: neither is an East Asian character
+    return bool(
+        (_HAN_CHAR.match(before) and not _KANA_HANGUL_CHAR.match(after))
+        or (_HAN_CHAR.match(after) and not _KANA_HANGUL_CHAR.match(before))
+    )
+
+
+_SPACES = re.compile(r"[ \t]+")
+_FINAL_SPACE = re.compile(r"\s+(?=[?!？！.。]+$)")
+_COMMA_SPACE = re.compile(r"(?<=\w) +(?=[,，](?:\s|$))")
+
+
+def folded(text: str) -> str:
+    """The canonical form of ``text``: characters folded (width, invisible, apostrophes),
+    apostrophes restored in contractions, one space between words and none beside Chinese
+    characters or before the final question mark.  Code in backticks is kept verbatim.
+    Case is kept: whether it matters is decided per word (:func:`same_question`)."""
+    return _folded(text) if len(text) <= 4096 else _fold_prose(text)
+
+
+@lru_cache(maxsize=20_000)
+def _folded(text: str) -> str:
+    return _fold_prose(text)
+
+
+def _fold_prose(text: str) -> str:
+    out, last = [], 0
+    for m in _CODE.finditer(text):
+        out.append(_fold_plain(text[last : m.start()]))
+        code = m.group()
+        out.append('"' + code[1:-1] + '"' if code[0] == "“" else code)
+        last = m.end()
+    out.append(_fold_plain(text[last:]))
+    return "".join(out).strip()
+
+
+def _fold_plain(text: str) -> str:
+    text = restore_apostrophes(fold_characters(text))
+    text = _SPACES.sub(" ", text)
+    text = _HAN_SPACE.sub("", text)
+    text = _COMMA_SPACE.sub("", text)
+    return _FINAL_SPACE.sub("", text)
+
+
+# Form equality -----------------------------------------------------------------------------
+# Letters and digits of alphabetic scripts (a space or hyphen beside a Chinese character is
+# another matter: "气温-5℃" is no "气温5℃")
+_ALNUM = r"[^\W_\u2e80-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+_SEPARATOR = re.compile(rf"(?<={_ALNUM})[ \-](?={_ALNUM})")
+_FINAL = re.compile(r"(?<=[^\W_]|[)\"'`])[?!.？！。]+$")
+_FINAL_AFTER_DIGIT = re.compile(r"(?<=\d)!$")  # "What is 5!" asks for a factorial
+
+
+def skeleton(text: str) -> str:
+    """What two same questions share exactly: the folded text, case-folded, without the
+    spaces or hyphens between letters and digits and without the final punctuation."""
+    text = folded(text)
+    if not _FINAL_AFTER_DIGIT.search(text):
+        text = _FINAL.sub("", text)
+    return _SEPARATOR.sub("", text).casefold()
+
+
+def form_key(text: str) -> str:
+    """A digest that every two questions equal in form share (``same_question``): an index
+    finds form variants by it without asking the embedder."""
+    return blake2b(skeleton(text).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def same_question(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` differ only in form (see the module): the same question,
+    whatever a model would score them."""
+    if a == b:
+        return True
+    x, y = folded(a), folded(b)
+    if x == y:
+        return True
+    if skeleton(x) != skeleton(y) or literals(x) != literals(y):
+        return False
+    return _separators_are_form(x, y) and not case_differs(x, y)
+
+
+# Literals ----------------------------------------------------------------------------------
+# Ordinary sentence punctuation: any other symbol makes a token literal (code, math, emoji).
+_PLAIN = frozenset(".,;:!?'\"()-–—“”…。，？！、；：（）《》「」·•‧%")
+# a flag (-R), a call (len(), a format (%Y), a factorial (100!)
+_CODE_LIKE = re.compile(r"^--?\w|\w\(|%[A-Za-z]|\d!")
+_TOKENS = re.compile(r"[^\s\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def literals(text: str) -> tuple[str, ...]:
+    """The tokens of ``text`` that are symbols, code, flags, math or emoji (``-R``, ``\\W``,
+    ``%Y``, ``Mb/s``, ``10³``, ``39.5℃``), sorted: never paraphrased, so two questions that
+    differ in one differ, case included."""
+    found = []
+    for token in _TOKENS.findall(folded(text)):
+        if _CODE_LIKE.search(token) or any(
+            not (c.isalnum() or c in _PLAIN) or (c.isdigit() and not c.isdecimal()) for c in token
+        ):
+            found.append(
+                token.rstrip("?.？。") if _CODE_LIKE.search(token) else token.rstrip("?.!？。！")
+            )
+    return tuple(sorted(found))
+
+
+# Spaces and hyphens inside a word ------------------------------------------------------------
+def _separators_are_form(x: str, y: str) -> bool:
+    """Every place where one text splits a word (a space or hyphen) and the other does not
+    joins two parts that make one word (``_one_word``)."""
+    splits_x, splits_y = _splits(x), _splits(y)
+    for where in splits_x.keys() ^ splits_y.keys():
+        left, right = (splits_x if where in splits_x else splits_y)[where]
+        if not _one_word(left, right):
+            return False
+    return True
+
+
+def _splits(text: str) -> dict[int, tuple[str, str]]:
+    """The separators between letters or digits in ``text``, by position (the number of
+    letters and digits before them), with the parts they separate."""
+    out: dict[int, tuple[str, str]] = {}
+    body = _FINAL.sub("", text)
+    for m in _SEPARATOR.finditer(body):
+        before = re.search(rf"{_ALNUM}+$", body[: m.start()])
+        after = re.match(rf"{_ALNUM}+", body[m.end() :])
+        if before and after:
+            position = sum(c.isalnum() for c in body[: m.start()])
+            out[position] = (before.group().casefold(), after.group().casefold())
+    return out
+
+
+_PARTICLES = frozenset("in out up on off down over back through away".split())
+_PREFIXES = frozenset("re un de pre co non anti dis mis over under out".split())
+# Colours and light: as a separate word they describe (a green house), joined they name a
+# kind of thing (a greenhouse)
+_QUALITIES = frozenset("black white green blue red brown grey gray yellow pink dark light".split())
+
+
+def _one_word(left: str, right: str) -> bool:
+    """``left`` and ``right`` (folded) written apart are one word written together: letters
+    and digits (``pro 2``), a letter (``e mail``), a verb and its particle (``sign in``,
+    ``check out``), content words (``wi fi``, ``web site``); never a function word (``now
+    here``, ``a part``, ``every day``), a prefix that changes the word (``re-sign``), a colour
+    (``green house``) or two numbers (``1-2``)."""
+    if left.isdigit() and right.isdigit():
+        return False  # "1-2 days" / "12 days", "2 5 kg" / "25 kg"
+    if left.isdigit() or right.isdigit():
+        return True  # "pro 2" / "pro2", "ps 5" / "ps5", "4 k" / "4k"
+    if left in _PREFIXES or left in _QUALITIES:
+        return False  # "re-sign" / "resign", "green house" / "greenhouse"
+    if len(left) == 1:
+        return left not in ("a", "i")  # "e mail" / "email", but "a way" / "away"
+    if right in _PARTICLES and len(left) >= 3 and left not in FUNCTION_WORDS_EN:
+        return True  # "sign in" / "signin", "check out" / "checkout", "set up" / "setup"
+    return left not in FUNCTION_WORDS_EN and right not in FUNCTION_WORDS_EN
+
+
+_LATIN_RUN = re.compile(rf"{_ALNUM}+")
+
+
+def unify(a: str, b: str) -> tuple[str, str]:
+    """``a`` and ``b`` with each word that one writes in two or three parts (a space or a
+    hyphen between them) and the other as one, written the same way on both sides (joined,
+    lower case) where the join is form (``_one_word``): ``Wi-Fi`` / ``wifi``, ``ps 5`` /
+    ``PS5``, ``log in`` / ``login``.  For the guards, which compare the two questions word by
+    word; nothing else is rewritten."""
+    joined: dict[str, str] = {}  # a spelling (folded) → the joined form both sides get
+    for x, y in ((a, b), (b, a)):
+        whole = {m.group().casefold(): m.group() for m in _LATIN_RUN.finditer(y)}
+        runs = list(_LATIN_RUN.finditer(x))
+        for size in (2, 3):
+            for i in range(len(runs) - size + 1):
+                run = runs[i : i + size]
+                if any(x[p.end() : q.start()] not in (" ", "-") for p, q in pairwise(run)):
+                    continue
+                key = "".join(m.group().casefold() for m in run)
+                if key in whole and all(
+                    _one_word(p.group().casefold(), q.group().casefold()) for p, q in pairwise(run)
+                ):
+                    joined[x[run[0].start() : run[-1].end()].casefold()] = key
+                    joined[key] = key
+    if not joined:
+        return a, b
+    spellings = sorted(joined, key=len, reverse=True)
+    pattern = re.compile(
+        rf"(?<!{_ALNUM})(?:"
+        + "|".join(re.escape(s).replace(r"\ ", "[ -]").replace(r"\-", "[ -]") for s in spellings)
+        + rf")(?!{_ALNUM})",
+        re.IGNORECASE,
+    )
+
+    def rewrite(text: str) -> str:
+        return pattern.sub(
+            lambda m: joined.get(
+                m.group().casefold().replace("-", " "), joined.get(m.group().casefold(), m.group())
+            ),
+            text,
+        )
+
+    return rewrite(a), rewrite(b)
+
+
+# Case --------------------------------------------------------------------------------------
+def tells_case(text: str) -> bool:
+    """True for a text typed with case: it has capitals and lower-case letters (a text all
+    in lower case, or all in capitals, tells nothing of the case of its words)."""
+    letters = [c for c in text if c.isalpha() and c.lower() != c.upper()]
+    return any(c.isupper() for c in letters) and any(c.islower() for c in letters)
+
+
+def case_differs(x: str, y: str) -> bool:
+    """True when the case of a word tells the two questions apart:
+
+    - a word of one or two letters that mixes cases on one side (``mW`` / ``MW``, ``Co`` /
+      ``CO``: units and symbols);
+    - a word in lower case on one side and with a capital on the other, both texts typed with
+      case, whose lower-case spelling is a word too ("Please Polish this" / "Please polish
+      this", ``US`` / ``us``, ``Windows`` / ``windows``) or that has two letters or fewer (``MS``
+      / ``ms``: an abbreviation's case is often its meaning) — unless the lower-case side also
+      typed in lower case a name that is no word (``json``, ``uber``: a typist who does not
+      capitalize names tells nothing by not capitalizing this one), or the text is Chinese (a
+      Latin word inside Chinese text is a name: ``学Java还是python``).
+
+    A capital that only starts a sentence tells nothing, and capitals against capitals are
+    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``)."""
+    told = tells_case(x) and tells_case(y)
+    chinese = bool(_CJK.search(x) or _CJK.search(y))
+    words_y = _word_cases(y)
+    ambiguous: set[int] = set()  # the side (0: x, 1: y) typing a word-like name in lower case
+    careless: set[int] = set()  # the side typing a name that is no word in lower case
+    for word, (typed_x, capitals_x) in _word_cases(x).items():
+        found = words_y.get(word)
+        if found is None or not typed_x or not found[0] or found[0] == typed_x:
+            continue
+        typed_y, capitals_y = found
+        if len(word) <= 2 and any(_mixed(t) for t in typed_x | typed_y):
+            return True  # a unit or a symbol: mW / MW, Co / CO, mL / ml
+        if len(capitals_x) != 1 or len(capitals_y) != 1 or capitals_x == capitals_y:
+            continue  # a capital against a capital, or a sentence's first word
+        side = 1 if True in capitals_x else 0
+        word_like = len(word) <= 2 or is_lower_case_word(word)  # "ms" / "MS", "us" / "US"
+        if word in _PRONOUNS and _after_article(word, (x, y)[side]):
+            word_like = False  # "a us passport": no pronoun follows an article
+        (ambiguous if word_like and not chinese else careless).add(side)
+    return told and bool(ambiguous - careless)
+
+
+_PRONOUNS = frozenset("us it me him her them we i you".split())
+
+
+def _after_article(word: str, text: str) -> bool:
+    return (
+        re.search(rf"(?<![\w'])(?:a|an|the)\s+{re.escape(word)}(?![\w'])", text, re.I) is not None
+    )
+
+
+def _mixed(word: str) -> bool:
+    return word != word.lower() and word != word.upper()
+
+
+def _word_cases(text: str) -> dict[str, tuple[frozenset[str], frozenset[bool]]]:
+    """Each Latin word (folded), with how it is typed and whether each time with a capital,
+    both where its case is its own: a capital that starts a sentence, and the pronoun "I"
+    (typed "i" as often), are grammar's and left out."""
+    typed: dict[str, set[str]] = {}
+    capitals: dict[str, set[bool]] = {}
+    sentence_start = True
+    for m in _PIECE.finditer(_FINAL.sub("", text)):
+        piece = m.group()
+        if piece[0].isalpha() and not _CJK.match(piece):
+            word = piece.casefold()
+            forms, flags = typed.setdefault(word, set()), capitals.setdefault(word, set())
+            if piece not in ("I", "i") and not (sentence_start and piece[1:] == piece[1:].lower()):
+                forms.add(piece)
+                flags.add(any(c.isupper() for c in piece))
+        if piece[0].isalnum():
+            sentence_start = False
+        elif piece in _SENTENCE_ENDS:
+            sentence_start = True
+    return {w: (frozenset(typed[w]), frozenset(capitals[w])) for w in typed}
+
+
+_PIECE = re.compile(rf"(?:(?!\d){_ALNUM})+|\d+|\S")
+_SENTENCE_ENDS = frozenset(".!?。！？:：")
