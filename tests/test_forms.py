@@ -4,6 +4,9 @@ The probe sets (``benchmarks/probes``, written for this repository):
 
 - ``form_variants.tsv``: pairs that differ only in width, spacing, case or apostrophes (label
   1, served), and form-looking differences that change the meaning (label 0, refused);
+- ``form_redteam.tsv``: a red team's look-alikes against the form rules (a particle or a
+  compound that makes another word, units, minus signs, code typed full-width, questions
+  about words: "What does kick back mean?"), those it served fixed since;
 - ``lookalikes_evidence.tsv``: look-alikes that the old rewrite rules served — a brand or a
   term one letter from a dictionary word (lanoxin / lanolin), a British spelling that is
   another American word (timbre / timber), a character of the same pinyin (协程 / 携程), one
@@ -36,8 +39,9 @@ from oracles import ChatOracle
 PROBES = Path(__file__).resolve().parents[1] / "benchmarks" / "probes"
 FORMS = read_pairs(PROBES / "form_variants.tsv")
 LOOK_ALIKES = read_pairs(PROBES / "lookalikes_evidence.tsv")
+RED_TEAM = read_pairs(PROBES / "form_redteam.tsv")
 SAME = [p for p in FORMS if p.label == 1]
-OTHER = [p for p in FORMS if p.label == 0] + LOOK_ALIKES
+OTHER = [p for p in FORMS if p.label == 0] + LOOK_ALIKES + RED_TEAM
 
 # the issue's own examples, each a pair of one question in two forms
 ONE_QUESTION = [
@@ -144,13 +148,16 @@ def test_form_variants_are_served_without_asking_the_embedder(cache: Cache) -> N
             served[pair.kind] += 1
     assert set(kinds) == {"fullwidth", "spacing", "case", "apostrophe"}
     for kind, n in kinds.items():
-        assert n >= 35 and served[kind] / n >= 0.95, (kind, served[kind], n)
+        # refused by design: a digit before a letter ("5 G": "2 XL shirts" is not "2XL
+        # shirts"), "on line", a lower-case word typed beside capitals ("install zoom" /
+        # "install Zoom": "Polish" / "polish"), a unit ("ml" / "mL")
+        assert n >= 35 and served[kind] / n >= 0.93, (kind, served[kind], n)
 
 
 def test_look_alikes_are_never_served(cache: Cache) -> None:
     kinds = Counter(p.kind for p in LOOK_ALIKES)
     assert len(kinds) == 7 and min(kinds.values()) >= 25
-    assert len([p for p in FORMS if p.label == 0]) >= 40
+    assert len([p for p in FORMS if p.label == 0]) >= 40 and len(RED_TEAM) >= 150
     assert _served(cache, OTHER) == []
 
 
@@ -160,7 +167,7 @@ def test_through_langchain_every_answer_is_the_models(tmp_path: Path) -> None:
     look-alikes get the model's own answer."""
     oracle = ChatOracle()
     hits = 0
-    with Cache(path=tmp_path / "lc.sqlite3") as core:
+    with Cache(path=tmp_path / "lc.sqlite3") as core:  # (refusals by design: see above)
         set_llm_cache(TriCache(core))
         try:
             for i, pair in enumerate([*SAME, *OTHER]):
@@ -176,7 +183,7 @@ def test_through_langchain_every_answer_is_the_models(tmp_path: Path) -> None:
                 assert len(oracle.check()) == 2
         finally:
             set_llm_cache(None)
-    assert hits >= 0.95 * len(SAME)
+    assert hits >= 0.93 * len(SAME)
 
 
 def test_the_faq_serves_form_variants_and_refuses_look_alikes(tmp_path: Path) -> None:
@@ -187,7 +194,9 @@ def test_the_faq_serves_form_variants_and_refuses_look_alikes(tmp_path: Path) ->
         match = faq.answer(pair.q2)
         assert match is None or same_question(match.question, pair.q2), pair
     served = sum(faq.answer(p.q2) is not None for p in SAME)
-    assert served >= 0.95 * len(SAME)
-    served_other = [(p, m.question) for p in OTHER if (m := faq.answer(p.q2)) is not None]
+    assert served >= 0.93 * len(SAME)
+    # a look-alike never gets the curated answer of the question it looks like (another
+    # curated question may answer it: "Is acetaminophen safe …" / "… tylenol …")
+    served_other = [(p, m.matched) for p in OTHER if (m := faq.answer(p.q2)) and m.matched == p.q1]
     assert served_other == []
     faq.close()

@@ -37,9 +37,13 @@ from itertools import pairwise
 from .words import FUNCTION_WORDS_EN, is_lower_case_word
 
 __all__ = [
+    "CODE_LINE",
     "CONTRACTIONS",
+    "about_characters",
+    "about_words",
     "case_differs",
     "fold_characters",
+    "fold_token",
     "folded",
     "form_key",
     "literals",
@@ -69,6 +73,22 @@ def _width_table() -> dict[int, int | str | None]:
 
 
 _WIDTH = _width_table()
+
+
+# A line with code punctuation keeps its full-width characters: "if x > 1：", "int a = 1；"
+# are what is asked about; so does an operator typed full-width among half-width characters
+# ("x ＝＝ 1"), while "２ｘ＋３＝１１", typed full-width throughout, is "2x+3=11".
+CODE_LINE = re.compile(r"[=<>{}\[\];\\]|[A-Za-z_]\w{0,64}\(")
+_FULL_WIDTH_OPERATOR = re.compile("[＝＜＞｛｝［］｜＆]")
+_FULL_WIDTH_ALNUM = re.compile("[０-９Ａ-Ｚａ-ｚ]")
+
+
+def fold_token(token: str) -> str:
+    """``fold_characters`` for one token, which keeps full-width operators that stand among
+    half-width characters."""
+    if _FULL_WIDTH_OPERATOR.search(token) and not _FULL_WIDTH_ALNUM.search(token):
+        return token
+    return fold_characters(token)
 
 
 def fold_characters(text: str) -> str:
@@ -161,18 +181,24 @@ def _folded(text: str) -> str:
 
 
 def _fold_prose(text: str) -> str:
+    # code, and a question about characters, keep their full-width characters and quotes
+    width = not (CODE_LINE.search(text) or about_characters(text))
+    apostrophes = not about_words(text)  # "What does wont mean?" is no "won't"
     out, last = [], 0
     for m in _CODE.finditer(text):
-        out.append(_fold_plain(text[last : m.start()]))
+        out.append(_fold_plain(text[last : m.start()], width=width, apostrophes=apostrophes))
         code = m.group()
-        out.append('"' + code[1:-1] + '"' if code[0] == "“" else code)
+        out.append('"' + code[1:-1] + '"' if code[0] == "“" and width else code)
         last = m.end()
-    out.append(_fold_plain(text[last:]))
+    out.append(_fold_plain(text[last:], width=width, apostrophes=apostrophes))
     return "".join(out).strip()
 
 
-def _fold_plain(text: str) -> str:
-    text = restore_apostrophes(fold_characters(text))
+def _fold_plain(text: str, *, apostrophes: bool = True, width: bool = True) -> str:
+    if width and not CODE_LINE.search(text):
+        text = "".join(fold_token(t) for t in re.split(r"(\s+)", text))
+    if apostrophes:
+        text = restore_apostrophes(text)
     text = _SPACES.sub(" ", text)
     text = _HAN_SPACE.sub("", text)
     text = _COMMA_SPACE.sub("", text)
@@ -184,17 +210,13 @@ def _fold_plain(text: str) -> str:
 # another matter: "气温-5℃" is no "气温5℃")
 _ALNUM = r"[^\W_\u2e80-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
 _SEPARATOR = re.compile(rf"(?<={_ALNUM})[ \-](?={_ALNUM})")
-_FINAL = re.compile(r"(?<=[^\W_]|[)\"'`])[?!.？！。]+$")
-_FINAL_AFTER_DIGIT = re.compile(r"(?<=\d)!$")  # "What is 5!" asks for a factorial
+_FINAL = re.compile(r"(?<=[^\W_]|[)\"'`])[?.？。]+$")  # not "!": "n!", "save!", "Int!"
 
 
 def skeleton(text: str) -> str:
     """What two same questions share exactly: the folded text, case-folded, without the
     spaces or hyphens between letters and digits and without the final punctuation."""
-    text = folded(text)
-    if not _FINAL_AFTER_DIGIT.search(text):
-        text = _FINAL.sub("", text)
-    return _SEPARATOR.sub("", text).casefold()
+    return _SEPARATOR.sub("", _FINAL.sub("", folded(text))).casefold()
 
 
 def form_key(text: str) -> str:
@@ -205,15 +227,64 @@ def form_key(text: str) -> str:
 
 def same_question(a: str, b: str) -> bool:
     """True when ``a`` and ``b`` differ only in form (see the module): the same question,
-    whatever a model would score them."""
+    whatever a model would score them.  A question about words themselves (``about_words``)
+    has no variants but runs of spaces and the final punctuation."""
     if a == b:
         return True
+    if about_characters(a) or about_characters(b):
+        return _spaced(a) == _spaced(b)
+    if about_words(a) or about_words(b):
+        return _worded(a) == _worded(b)
     x, y = folded(a), folded(b)
     if x == y:
         return True
     if skeleton(x) != skeleton(y) or literals(x) != literals(y):
         return False
     return _separators_are_form(x, y) and not case_differs(x, y)
+
+
+# Questions about their own form.  About words ("What does kick back mean?", "Use wont in a
+# sentence", "Polish翻译成中文是什么"): their spelling, case and apostrophes are what they ask
+# about, and only width and spacing are form.  About characters ("How many bytes is Ａ?",
+# "全角和半角"): not even width is.
+_ABOUT_WORDS = re.compile(
+    r"\b(?:means?|meaning|meant|define[ds]?|definition|spell(?:ed|ing|s)?|pronounc\w*|"
+    r"synonyms?|antonyms?|translat\w*|words?|terms?|phrases?|in a sentence|nouns?|verbs?|"
+    r"adjectives?|grammar\w*|grammatical\w*|plurals?|apostrophes?|hyphen\w*|"
+    r"capitali[sz]\w*|capital letters?|lower ?case|upper ?case|letters?|rhymes?|say in)\b"
+    r"|是什么意思|什么意思|的意思|意思是|含义|怎么读(?!取)|读音|发音|翻译|单词|拼写|词性|怎么说|"
+    r"英[语文]|同义词|反义词|大小写|大写|小写|字母"
+)
+_ABOUT_CHARACTERS = re.compile(
+    r"\b(?:unicode|utf-?(?:8|16)|ascii|code ?points?|characters?|bytes?|encod\w*|"
+    r"full-?width|half-?width|glyphs?|fonts?|emoji)\b|字符|字节|编码|全角|半角|字体",
+    re.IGNORECASE,
+)
+
+
+def about_words(text: str) -> bool:
+    """True for a question about words themselves (their meaning, spelling, case,
+    translation …): the spelling, case and apostrophes it holds are what it asks about."""
+    return _ABOUT_WORDS.search(text[:1].lower() + text[1:]) is not None or about_characters(text)
+
+
+def about_characters(text: str) -> bool:
+    """True for a question about characters (their code, width, bytes …): not even their
+    width is form."""
+    return _ABOUT_CHARACTERS.search(text) is not None
+
+
+def _spaced(text: str) -> str:
+    """``text`` with runs of spaces as one and the final "?" off: all a question about
+    characters may differ in."""
+    text = _SPACES.sub(" ", text.strip())
+    return text[:-1].rstrip() if text[-1:] in ("?", "？") else text
+
+
+def _worded(text: str) -> str:
+    """The canonical form of a question about words: width and spacing folded, nothing
+    else (no apostrophe put back, case kept), the final "?" or "." off."""
+    return _FINAL.sub("", _fold_plain(text, apostrophes=False))
 
 
 # Literals ----------------------------------------------------------------------------------
@@ -226,17 +297,35 @@ _TOKENS = re.compile(r"[^\s\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 def literals(text: str) -> tuple[str, ...]:
     """The tokens of ``text`` that are symbols, code, flags, math or emoji (``-R``, ``\\W``,
-    ``%Y``, ``Mb/s``, ``10³``, ``39.5℃``), sorted: never paraphrased, so two questions that
-    differ in one differ, case included."""
-    found = []
-    for token in _TOKENS.findall(folded(text)):
+    ``%Y``, ``Mb/s``, ``10³``, ``39.5℃``, ``Int!``, ``String?`` inside a sentence), and in code
+    or a question about characters any full-width form, sorted: never paraphrased, so two
+    questions that differ in one differ, case included."""
+    text = folded(text)
+    found = [m.group() for m in _MARKED.finditer(text)]
+    found += [f"U+{ord(c):04X}" for c in text if c in _ODD_SPACES]  # kept only where they count
+    for token in _TOKENS.findall(text):
         if _CODE_LIKE.search(token) or any(
-            not (c.isalnum() or c in _PLAIN) or (c.isdigit() and not c.isdecimal()) for c in token
+            not (c.isalnum() or c in _PLAIN)
+            or (c.isdigit() and not c.isdecimal())
+            or ord(c) in _WIDTH
+            for c in token
         ):
             found.append(
                 token.rstrip("?.？。") if _CODE_LIKE.search(token) else token.rstrip("?.!？。！")
             )
     return tuple(sorted(found))
+
+
+_ODD_SPACES = frozenset("\u00a0\u1680\u202f\u205f\u3000\u200b\u2060\ufeff\u00ad") | {
+    chr(c) for c in range(0x2000, 0x200B)
+}
+# "!" or "?" on a word inside a sentence, or "!" on the last word: a type, a method, a
+# factorial ("Int!", "String?", "save!", "n!"), not the question's own mark
+_MARKED = re.compile(
+    r"[^\W_]{1,32}[!?](?=[^\s!?.,;:)\]}'\"。，？！、])|[^\W_]{1,32}!$"
+    # a minus between letters or digits: "x-y", "n-1", "x-2y" (not "e-mail", "x-ray")
+    r"|(?<![^\W_])[^\W_]-(?:[^\W_](?![^\W_])|\d)"
+)
 
 
 # Spaces and hyphens inside a word ------------------------------------------------------------
@@ -245,50 +334,64 @@ def _separators_are_form(x: str, y: str) -> bool:
     joins two parts that make one word (``_one_word``)."""
     splits_x, splits_y = _splits(x), _splits(y)
     for where in splits_x.keys() ^ splits_y.keys():
-        left, right = (splits_x if where in splits_x else splits_y)[where]
-        if not _one_word(left, right):
+        if not _one_word(*(splits_x if where in splits_x else splits_y)[where]):
             return False
     return True
 
 
-def _splits(text: str) -> dict[int, tuple[str, str]]:
+def _splits(text: str) -> dict[int, tuple[str, str, str, str]]:
     """The separators between letters or digits in ``text``, by position (the number of
-    letters and digits before them), with the parts they separate."""
-    out: dict[int, tuple[str, str]] = {}
+    letters and digits before them): the parts they separate, the separator, and the word
+    before the first part."""
+    out: dict[int, tuple[str, str, str, str]] = {}
     body = _FINAL.sub("", text)
     for m in _SEPARATOR.finditer(body):
-        before = re.search(rf"{_ALNUM}+$", body[: m.start()])
-        after = re.match(rf"{_ALNUM}+", body[m.end() :])
-        if before and after:
+        left = re.search(rf"(?:(\S+)\s+)?({_ALNUM}+)$", body[: m.start()])
+        right = re.match(rf"{_ALNUM}+", body[m.end() :])
+        if left and right:
             position = sum(c.isalnum() for c in body[: m.start()])
-            out[position] = (before.group().casefold(), after.group().casefold())
+            before = (left.group(1) or "").casefold()
+            out[position] = (left.group(2).casefold(), right.group().casefold(), m.group(), before)
     return out
 
 
 _PARTICLES = frozenset("in out up on off down over back through away".split())
 _PREFIXES = frozenset("re un de pre co non anti dis mis over under out".split())
-# Colours and light: as a separate word they describe (a green house), joined they name a
-# kind of thing (a greenhouse)
-_QUALITIES = frozenset("black white green blue red brown grey gray yellow pink dark light".split())
+# Adjectives that, as a separate word, describe what follows (a green house, a hot dog) and,
+# joined, name a kind of thing (a greenhouse, a hotdog)
+_DESCRIBING = frozenset(
+    "black white green blue red brown grey gray yellow pink dark light hot cold sweet sour "
+    "cheap gentle big small little old new high low short long hard soft iron gold silver "
+    "wild free fast slow".split()
+)
 
 
-def _one_word(left: str, right: str) -> bool:
-    """``left`` and ``right`` (folded) written apart are one word written together: letters
-    and digits (``pro 2``), a letter (``e mail``), a verb and its particle (``sign in``,
-    ``check out``), content words (``wi fi``, ``web site``); never a function word (``now
-    here``, ``a part``, ``every day``), a prefix that changes the word (``re-sign``), a colour
-    (``green house``) or two numbers (``1-2``)."""
-    if left.isdigit() and right.isdigit():
-        return False  # "1-2 days" / "12 days", "2 5 kg" / "25 kg"
-    if left.isdigit() or right.isdigit():
-        return True  # "pro 2" / "pro2", "ps 5" / "ps5", "4 k" / "4k"
-    if left in _PREFIXES or left in _QUALITIES:
-        return False  # "re-sign" / "resign", "green house" / "greenhouse"
-    if len(left) == 1:
-        return left not in ("a", "i")  # "e mail" / "email", but "a way" / "away"
-    if right in _PARTICLES and len(left) >= 3 and left not in FUNCTION_WORDS_EN:
-        return True  # "sign in" / "signin", "check out" / "checkout", "set up" / "setup"
-    return left not in FUNCTION_WORDS_EN and right not in FUNCTION_WORDS_EN
+def _one_word(left: str, right: str, separator: str = " ", before: str = "") -> bool:
+    """``left`` and ``right`` (folded) written apart are one word written together:
+
+    - a letter before digits (``pro 2``, ``PS 5``, ``B 12``) — not digits before digits
+      (``1-2``, ``B1 2``: two numbers) nor before letters (``2 XL``, ``3 M``: a quantity and
+      its unit or size);
+    - a letter before a word (``e mail``, ``x-ray``) — not a letter beside a letter or a
+      digit (``x-y``, ``n-1``: a minus) nor "a" or "i" (``a way``);
+    - a verb and its particle (``sign in``, ``set up``, ``check out``), content words
+      (``wi fi``, ``web site``, ``screen shot``);
+
+    never a function word (``now here``, ``every day``, ``may be``), a prefix that changes
+    the word (``re-sign``), or an adjective that describes the next word (``green house``,
+    ``hot dog``, ``sweet bread``).  (A question about words themselves — "What does kick back
+    mean?" — has no form variants at all: ``about_words``.)"""
+    if left[-1].isdigit():
+        return False  # "1-2" / "12", "2 XL" / "2XL"
+    if len(left) == 1 or len(right) == 1:  # "e mail", "x-ray"; not "x-y", "n-1", "a way"
+        if right[0].isdigit():
+            return separator == " "  # "B 12" / "B12", but "n-1" is a minus
+        return len(left) == 1 and left not in ("a", "i") and len(right) >= 3
+    if right[0].isdigit():
+        return True  # "pro 2" / "pro2", "ps 5" / "ps5"
+    if left in _PREFIXES or left in _DESCRIBING or left in FUNCTION_WORDS_EN:
+        return False  # "re-sign", "green house", "now here", "a part"
+    return right not in FUNCTION_WORDS_EN or right in _PARTICLES  # not "may be", "any one"
 
 
 _LATIN_RUN = re.compile(rf"{_ALNUM}+")
@@ -298,8 +401,10 @@ def unify(a: str, b: str) -> tuple[str, str]:
     """``a`` and ``b`` with each word that one writes in two or three parts (a space or a
     hyphen between them) and the other as one, written the same way on both sides (joined,
     lower case) where the join is form (``_one_word``): ``Wi-Fi`` / ``wifi``, ``ps 5`` /
-    ``PS5``, ``log in`` / ``login``.  For the guards, which compare the two questions word by
-    word; nothing else is rewritten."""
+    ``PS5``, ``sign in`` / ``signin``.  For the guards, which compare the two questions word
+    by word; nothing else is rewritten."""
+    if about_words(a) or about_words(b):
+        return a, b  # "What does kick back mean?" asks about the spelling itself
     joined: dict[str, str] = {}  # a spelling (folded) → the joined form both sides get
     for x, y in ((a, b), (b, a)):
         whole = {m.group().casefold(): m.group() for m in _LATIN_RUN.finditer(y)}
@@ -307,11 +412,14 @@ def unify(a: str, b: str) -> tuple[str, str]:
         for size in (2, 3):
             for i in range(len(runs) - size + 1):
                 run = runs[i : i + size]
-                if any(x[p.end() : q.start()] not in (" ", "-") for p, q in pairwise(run)):
+                separators = [x[p.end() : q.start()] for p, q in pairwise(run)]
+                if any(sep not in (" ", "-") for sep in separators):
                     continue
                 key = "".join(m.group().casefold() for m in run)
+                before = runs[i - 1].group().casefold() if i else ""
                 if key in whole and all(
-                    _one_word(p.group().casefold(), q.group().casefold()) for p, q in pairwise(run)
+                    _one_word(p.group().casefold(), q.group().casefold(), sep, before)
+                    for (p, q), sep in zip(pairwise(run), separators, strict=True)
                 ):
                     joined[x[run[0].start() : run[-1].end()].casefold()] = key
                     joined[key] = key
@@ -354,21 +462,28 @@ def case_differs(x: str, y: str) -> bool:
       this", ``US`` / ``us``, ``Windows`` / ``windows``) or that has two letters or fewer (``MS``
       / ``ms``: an abbreviation's case is often its meaning) — unless the lower-case side also
       typed in lower case a name that is no word (``json``, ``uber``: a typist who does not
-      capitalize names tells nothing by not capitalizing this one), or the text is Chinese (a
-      Latin word inside Chinese text is a name: ``学Java还是python``).
+      capitalize names tells nothing by not capitalizing this one);
+    - a word right after a number (a unit or a code: ``100 Mbps`` / ``100 MBps``, ``1 MHz`` /
+      ``1 mHz``), typed otherwise.
 
     A capital that only starts a sentence tells nothing, and capitals against capitals are
-    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``)."""
+    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``) — except in a question about words
+    (``about_words``: "英文May是什么意思"), where every difference of case counts."""
     told = tells_case(x) and tells_case(y)
-    chinese = bool(_CJK.search(x) or _CJK.search(y))
-    words_y = _word_cases(y)
+    strict = about_words(x) or about_words(y)  # "What does Polish mean?": any case counts
+    units_x, units_y = _units(x), _units(y)
+    if any(units_y.get(n, u) != u for n, u in units_x.items()):
+        return True  # a unit's case is its meaning
+    words_y = _word_cases(y, strict)
     ambiguous: set[int] = set()  # the side (0: x, 1: y) typing a word-like name in lower case
     careless: set[int] = set()  # the side typing a name that is no word in lower case
-    for word, (typed_x, capitals_x) in _word_cases(x).items():
+    for word, (typed_x, capitals_x) in _word_cases(x, strict).items():
         found = words_y.get(word)
         if found is None or not typed_x or not found[0] or found[0] == typed_x:
             continue
         typed_y, capitals_y = found
+        if strict:
+            return True
         if len(word) <= 2 and any(_mixed(t) for t in typed_x | typed_y):
             return True  # a unit or a symbol: mW / MW, Co / CO, mL / ml
         if len(capitals_x) != 1 or len(capitals_y) != 1 or capitals_x == capitals_y:
@@ -377,7 +492,7 @@ def case_differs(x: str, y: str) -> bool:
         word_like = len(word) <= 2 or is_lower_case_word(word)  # "ms" / "MS", "us" / "US"
         if word in _PRONOUNS and _after_article(word, (x, y)[side]):
             word_like = False  # "a us passport": no pronoun follows an article
-        (ambiguous if word_like and not chinese else careless).add(side)
+        (ambiguous if word_like else careless).add(side)
     return told and bool(ambiguous - careless)
 
 
@@ -390,14 +505,25 @@ def _after_article(word: str, text: str) -> bool:
     )
 
 
+_UNIT = re.compile(rf"(?<!{_ALNUM})(\d+(?:[.,]\d+)?) ?((?:(?!\d){_ALNUM})+)")
+
+
+def _units(text: str) -> dict[str, str]:
+    """The word right after each number, as typed."""
+    return {m.group(1): m.group(2) for m in _UNIT.finditer(text)}
+
+
 def _mixed(word: str) -> bool:
     return word != word.lower() and word != word.upper()
 
 
-def _word_cases(text: str) -> dict[str, tuple[frozenset[str], frozenset[bool]]]:
+def _word_cases(
+    text: str, strict: bool = False
+) -> dict[str, tuple[frozenset[str], frozenset[bool]]]:
     """Each Latin word (folded), with how it is typed and whether each time with a capital,
     both where its case is its own: a capital that starts a sentence, and the pronoun "I"
-    (typed "i" as often), are grammar's and left out."""
+    (typed "i" as often), are grammar's and left out (``strict``: only the text's first
+    word)."""
     typed: dict[str, set[str]] = {}
     capitals: dict[str, set[bool]] = {}
     sentence_start = True
@@ -411,10 +537,10 @@ def _word_cases(text: str) -> dict[str, tuple[frozenset[str], frozenset[bool]]]:
                 flags.add(any(c.isupper() for c in piece))
         if piece[0].isalnum():
             sentence_start = False
-        elif piece in _SENTENCE_ENDS:
+        elif piece in _SENTENCE_ENDS and not strict:
             sentence_start = True
     return {w: (frozenset(typed[w]), frozenset(capitals[w])) for w in typed}
 
 
 _PIECE = re.compile(rf"(?:(?!\d){_ALNUM})+|\d+|\S")
-_SENTENCE_ENDS = frozenset(".!?。！？:：")
+_SENTENCE_ENDS = frozenset(".!?。！？")  # not ":": "Define: Polish" is no sentence start

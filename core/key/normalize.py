@@ -23,8 +23,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from .forms import CONTRACTIONS, fold_characters, restore_apostrophes, space_beside_han
+from .forms import (
+    CODE_LINE,
+    CONTRACTIONS,
+    about_characters,
+    about_words,
+    fold_token,
+    restore_apostrophes,
+    space_beside_han,
+)
 
 __all__ = ["Form", "form", "normalize", "replace_timestamps", "replace_volatile"]
 
@@ -80,6 +89,8 @@ def normalize(text: str, *, volatile: bool = False) -> str:
     if not stripped:
         return text
     one_case = _one_case(stripped)
+    # a question about words or characters asks about their very form (forms.about_words)
+    form = _Form(not about_words(stripped), not about_characters(stripped))
     lines = []
     in_fence = False
     starts = True  # the next prose line starts a sentence
@@ -94,7 +105,7 @@ def normalize(text: str, *, volatile: bool = False) -> str:
             lines.append("")
             starts, prose_last = True, False
         else:
-            line, starts = _prose_line(line, one_case, starts)
+            line, starts = _prose_line(line, one_case, starts, form)
             lines.append(line)
             prose_last = True
     if prose_last:  # "ok?." → "ok"; never on a line of code ("var name: String?")
@@ -106,18 +117,28 @@ def normalize(text: str, *, volatile: bool = False) -> str:
 
 
 def _one_case(text: str) -> bool:
-    """True for a text typed in capitals only: its case tells nothing."""
-    return text.upper() == text and text.lower() != text
+    """True for a text typed in capitals only: its case tells nothing.  Not a Chinese text
+    whose Latin words are in capitals ("SWIFT代码在哪里查"): those are names and acronyms."""
+    return text.upper() == text and text.lower() != text and not _CJK.search(text)
 
 
-def _prose_line(line: str, one_case: bool, start: bool) -> tuple[str, bool]:
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+class _Form(NamedTuple):
+    apostrophes: bool  # put back the apostrophe of "dont", "whats"; fold a sentence's capital
+    width: bool  # fold full-width forms
+
+
+def _prose_line(line: str, one_case: bool, start: bool, form: _Form) -> tuple[str, bool]:
     """Fold a line's prose words (characters, and case where it tells nothing); re-space
     between prose words only: spaces next to code, a quoted string or a symbol stay as typed,
     and every character of those too, but for their width (``ＳＦ１２３`` is ``SF123``; code
     and quoted strings keep theirs).
     Spaces beside Chinese characters go.  Returns the line and whether a sentence ended it."""
     pieces = _PIECES.findall(line.strip(_SPACES))
-    folded = [p if p[0] in _SPACES or _is_code(p) else _fold(p) for p in pieces]
+    width = form.width and not _CODE_LINE.search(line)  # "if x > 1：" keeps its colon
+    folded = [p if p[0] in _SPACES or _is_code(p) or not width else _fold(p) for p in pieces]
     out: list[str] = []
     for i, piece in enumerate(pieces):
         if piece[0] in _SPACES:
@@ -135,8 +156,11 @@ def _prose_line(line: str, one_case: bool, start: bool) -> tuple[str, bool]:
             start = False
             continue
         word = match.group(1)
-        prose = restore_apostrophes(folded[i]) if word.lower() in CONTRACTIONS else folded[i]
-        if one_case or (start and word[:1].isupper() and word[1:] == word[1:].lower()):
+        prose = folded[i]
+        if form.apostrophes and word.lower() in CONTRACTIONS:
+            prose = restore_apostrophes(prose)  # "dont" is "don't"
+        sentence = start and form.apostrophes  # (not in a question about words: "… March")
+        if one_case or (sentence and word[:1].isupper() and word[1:] == word[1:].lower()):
             out.append(prose.lower())
         else:
             out.append(prose)
@@ -147,7 +171,7 @@ def _prose_line(line: str, one_case: bool, start: bool) -> tuple[str, bool]:
 def _fold(token: str) -> str:
     """A token's characters in their canonical form (``forms.fold_characters``: width,
     invisible characters, curly apostrophes, NFC)."""
-    return token if token.isascii() else fold_characters(token)
+    return token if token.isascii() else fold_token(token)
 
 
 def _is_code(piece: str) -> bool:
@@ -159,11 +183,12 @@ def _is_code(piece: str) -> bool:
 
 
 def _beside_chinese(before: str, raw_before: str, after: str, raw_after: str) -> bool:
-    if not space_beside_han(before[-1], after[0]):
+    if not (before and after) or not space_beside_han(before[-1], after[0]):
         return False
     return not (_is_code(raw_before) or _is_code(raw_after))
 
 
+_CODE_LINE = CODE_LINE
 _CALL = re.compile(r"[A-Za-z_][\w.]{0,64}[(（]")
 _SPACE_BEFORE_QUESTION_MARK = re.compile(r"(?<=\w) +(?=[?？]+$)")
 

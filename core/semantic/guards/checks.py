@@ -483,14 +483,16 @@ _ZH_NUMERAL_CHARS = re.compile("[零〇一二两三四五六七八九十百千�
 
 
 def _unmatched(a: Analysis, b: Analysis) -> set[str]:
-    """Content words of ``a`` that ``b`` lacks.  Chinese segmentation varies between two
+    """Content words of ``a`` that ``b`` lacks, or has fewer times ("a Roth IRA and a Roth
+    401k" asks more than "a Roth IRA and a 401k").  Chinese segmentation varies between two
     phrasings, so a Chinese word is matched when all its characters occur in ``b``."""
-    stems_b = set(_content_stems(b))
-    return {
-        w
-        for w in _content_stems(a)
-        if w not in stems_b and not (_CJK.match(w) and all(c in b.text for c in w))
-    }
+    stems_b = Counter(_content_stems(b))
+    extra = Counter(_content_stems(a)) - stems_b
+    return {w for w in extra if not (_CJK.match(w) and w not in stems_b and _within(w, b))}
+
+
+def _within(word: str, b: Analysis) -> bool:
+    return all(c in b.text for c in word)
 
 
 def literal(a: Analysis, b: Analysis) -> str | None:
@@ -566,6 +568,36 @@ _RELATION_CLASS = {w: w for w in RELATIONS_EN}
 _POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
 _GENERIC = frozenset(("1s", "2"))
 _CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
+
+
+def question_form(a: Analysis, b: Analysis) -> str | None:
+    """A question asking for a fact against one asking yes or no: "How tall is the Eiffel
+    Tower?" / "Is the Eiffel Tower tall?", "How can I reset it?" / "Can I reset it?", 怎么注册 /
+    可以注册吗.  (Which fact, when both ask for one, is the question-word guard's.)"""
+    forms = {_form_of(a), _form_of(b)}
+    return "question_form" if forms == {"fact", "yes/no"} else None
+
+
+def _form_of(a: Analysis) -> str | None:
+    if a.zh:
+        if any(w in a.text for w in _FACT_ZH):
+            return "fact"
+        return "yes/no" if _YES_NO_ZH.search(a.text) else None
+    first = a.tokens[0] if a.tokens else ""
+    if first in _FACT_EN:
+        return "fact"
+    return "yes/no" if first in _AUXILIARIES_EN else None
+
+
+_FACT_EN = frozenset("what when where who whom whose why which how".split())
+_AUXILIARIES_EN = frozenset(
+    "is are am was were do does did can could will would should shall may might must have has "
+    "had".split()
+)
+_FACT_ZH = tuple(
+    "什么 怎么 怎样 如何 哪 谁 为什么 为何 多少 几 多久 多长 多大 多高 多远 啥 咋".split()
+)
+_YES_NO_ZH = re.compile(r"吗[?？]?$|是不是|能不能|可不可以|有没有|会不会|要不要|对不对|行不行")
 
 
 def modality(a: Analysis, b: Analysis) -> str | None:
@@ -646,6 +678,7 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
     number,
     entity,
     wh_word,
+    question_form,
     order,
     relation,
     modality,
