@@ -73,7 +73,7 @@ from langchain_core.messages import (
 
 from langchain_tricache import TriCache
 from langchain_tricache.demo import StandInChatModel
-from tricache import Cache
+from tricache import Cache, Learn, Semantic
 from tricache.semantic.embed import get_embedder
 from tricache.tools.demo import REWRITES
 from tricache.tools.evaluate import Pair, read_pairs
@@ -652,7 +652,9 @@ class PromptContender:
         return answer, False
 
 
-def contenders(quick: bool, workdir: Path, redis_url: str | None) -> list[Callable[[], Any]]:
+def contenders(
+    quick: bool, workdir: Path, redis_url: str | None, peers: bool = True
+) -> list[Callable[[], Any]]:
     """Factories, so that each contender is built just before its run."""
     out: list[Callable[[], Any]] = [
         lambda: LangChainContender("no cache", None),
@@ -669,9 +671,12 @@ def contenders(quick: bool, workdir: Path, redis_url: str | None) -> list[Callab
         return make
 
     out.append(tricache("TriCache (embedded)"))
+    learn = Semantic(learn=Learn(error_bound=0.01))
+    out.append(tricache("TriCache (embedded, learning δ=1%)", semantic=learn))
     if redis_url:
         out.append(tricache("TriCache (Redis L2)", redis_url=redis_url))
-    out += peer_factories()
+    if peers:
+        out += peer_factories()
     return out
 
 
@@ -849,9 +854,8 @@ def main() -> None:
     started = time.perf_counter()
     scores = []
     with tempfile.TemporaryDirectory() as tmp:
-        factories = contenders(args.quick, Path(tmp), _redis_or_none(args.redis_url))
-        if args.no_peers:
-            factories = factories[:4]
+        redis_url = _redis_or_none(args.redis_url)
+        factories = contenders(args.quick, Path(tmp), redis_url, peers=not args.no_peers)
         for factory in factories:
             try:
                 run(factory(), stream[:20])  # one-time costs (imports, models) paid off the record

@@ -33,24 +33,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tricache import Cache, Exact, Learn, Semantic
+from tricache import Cache, Exact, Faq, Learn, Semantic
+from tricache.faq.store import FaqEntry
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"
-SETS = {"banking77": "banking77/banking77_test.tsv", "clinc150": "clinc150/clinc150_test.tsv"}
+SETS = {
+    "banking77": "banking77/banking77_test.tsv",
+    "clinc150": "clinc150/clinc150_test.tsv",
+    "stackfaq": "stackfaq/stackfaq_kb.jsonl",  # the FAQ: paraphrases of curated questions
+}
 
 
 @dataclass
 class Query:
     text: str
     intent: str
+    curated: str = ""  # the FAQ's answer, for a StackFAQ paraphrase
 
     @property
     def answer(self) -> str:
-        """The stand-in model's answer: its intent's, or (out of scope) one of its own."""
+        """The stand-in model's answer: its intent's (a FAQ entry's curated answer), or (out
+        of scope) one of its own."""
         if self.intent == "oos":
             return f"[{self.text}] is outside what this assistant covers."
-        return f"The answer for {self.intent.replace('_', ' ')}."
+        return self.curated or f"The answer for {self.intent.replace('_', ' ')}."
 
 
 @dataclass
@@ -76,11 +83,26 @@ class Run:
 
 
 def read(name: str) -> list[Query]:
+    if name == "stackfaq":  # the human paraphrases, and 1,000 out-of-scope CLINC150 queries
+        paraphrases = [
+            Query(q, f"faq{entry['id']}", entry["answers"][0])
+            for entry in faq_entries()
+            for q in entry["paraphrased_queries"]
+        ]
+        other = [q for q in read("clinc150") if q.intent == "oos"]
+        return paraphrases + other
     with (DATA / SETS[name]).open(encoding="utf-8") as f:
         return [Query(r["text"], r["intent"]) for r in csv.DictReader(f, delimiter="\t")]
 
 
-def streams(name: str, queries: list[Query], seeds: int, zipf_len: int) -> Iterator[tuple[str, list[Query]]]:
+def faq_entries() -> list[dict[str, Any]]:
+    with (DATA / SETS["stackfaq"]).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def streams(
+    name: str, queries: list[Query], seeds: int, zipf_len: int
+) -> Iterator[tuple[str, list[Query]]]:
     for seed in range(seeds):
         order = list(queries)
         random.Random(seed).shuffle(order)
@@ -93,16 +115,26 @@ def streams(name: str, queries: list[Query], seeds: int, zipf_len: int) -> Itera
     yield f"{name} zipf", rng.choices(ranked, weights=weights, k=zipf_len)
 
 
-def contenders() -> dict[str, Callable[[Path], Cache]]:
-    def make(semantic: Semantic) -> Callable[[Path], Cache]:
+def contenders(name: str) -> dict[str, Callable[[Path], Cache]]:
+    def make(semantic: Semantic, faq: Faq | bool = False) -> Callable[[Path], Cache]:
         def build(home: Path) -> Cache:
-            return Cache(
-                path=home / "l2.sqlite3", warm=True, faq=False, exact=Exact(bloom=False),
+            cache = Cache(
+                path=home / "l2.sqlite3", warm=True, faq=faq, exact=Exact(bloom=False),
                 semantic=semantic,
             )  # fmt: skip
+            if faq:  # the curated questions only: their paraphrases are the stream
+                cache.add_faq(FaqEntry(e["question"], e["answers"][0]) for e in faq_entries())
+            return cache
 
         return build
 
+    if name == "stackfaq":
+        plain = Semantic(audit=False)
+        return {
+            "FAQ static (today)": make(plain, Faq()),
+            "FAQ learned δ=1%": make(plain, Faq(learn=Learn(error_bound=0.01))),
+            "FAQ learned δ=2%": make(plain, Faq(learn=Learn(error_bound=0.02))),
+        }
     return {
         "static (today)": make(Semantic(audit=False)),
         "learned δ=0.5%": make(Semantic(audit=False, learn=Learn(error_bound=0.005))),
@@ -119,8 +151,9 @@ def run(build: Callable[[Path], Cache], stream: list[Query], seed: int) -> Run:
         cache = build(Path(tmp))
         tier = cache.semantic
         assert tier is not None
-        if tier.learning is not None:
-            tier.learning.rng = random.Random(seed)
+        learning = tier.learning
+        if learning is not None:
+            learning.rng = random.Random(seed)
         step = max(1, len(stream) // 100)
         for i, query in enumerate(stream, 1):
             request = cache.request(query.text)
@@ -131,13 +164,14 @@ def run(build: Callable[[Path], Cache], stream: list[Query], seed: int) -> Run:
                 result.wrong += hit.text != query.answer
             else:
                 cache.update(request, query.answer)
-                if tier.learning is not None:
-                    tier.learning.drain()  # labels in before the next query: reproducible
+                if learning is not None:
+                    learning.drain()  # labels in before the next query: reproducible
             if i % step == 0 or i == len(stream):
                 result.curve.append((i, result.hits / i, result.wrong / i))
-        semantic = cache.stats().get("semantic", {})
-        result.explorations = semantic.get("explorations", 0)
-        result.learned_hits = semantic.get("hits_learned", 0)
+        stats = cache.stats()
+        for tier in ("semantic", "faq"):
+            result.explorations += stats.get(tier, {}).get("explorations", 0)
+            result.learned_hits += stats.get(tier, {}).get("hits_learned", 0)
         cache.close()
     return result
 
@@ -146,7 +180,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="600 queries of banking77, 1 seed")
+    parser.add_argument("--quick", action="store_true", help="600 queries a set, 1 seed")
+    parser.add_argument("--only", default="", help="contenders whose name holds this")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     started = time.perf_counter()
@@ -154,11 +189,13 @@ def main() -> None:
     for name in args.sets.split(","):
         queries = read(name)
         seeds, zipf_len = args.seeds, len(queries)
-        if args.quick:
-            queries, seeds, zipf_len = queries[:600], 1, 600
+        if args.quick:  # a sample of every intent, not the first ones (the file is sorted)
+            queries, seeds, zipf_len = random.Random(7).sample(queries, 600), 1, 600
         for label, stream in streams(name, queries, seeds, zipf_len):
             results[label] = {}
-            for who, build in contenders().items():
+            for who, build in contenders(name).items():
+                if args.only and args.only not in who:
+                    continue
                 outcome = run(build, stream, seed=len(results))
                 results[label][who] = {**outcome.row(), "curve": outcome.curve}
                 row = outcome.row()
@@ -189,8 +226,7 @@ def _table(results: dict[str, dict[str, Any]]) -> str:
     lines = ["| stream | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, row in results.items():
         cells = [
-            f"{r['avoided']:.1%} / {r['wrong']:.2%} / {r['explorations']:.1%}"
-            for r in row.values()
+            f"{r['avoided']:.1%} / {r['wrong']:.2%} / {r['explorations']:.1%}" for r in row.values()
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

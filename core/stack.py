@@ -38,7 +38,7 @@ from .runtime.home import data_dir
 from .semantic.audit import AuditLog
 from .semantic.guards.canonical import canonical
 from .semantic.guards.checks import is_cacheable
-from .semantic.learning import Learning
+from .semantic.learning import Learning, Pending, pool_of
 from .semantic.tier import SemanticHit, SemanticTier
 from .settings import Exact, Faq, Semantic, from_legacy
 from .stores.base import L2Store, LabelLog, PointLog
@@ -159,6 +159,7 @@ class Cache:
                 audit=semantic_.audit,
                 volatile_context=volatile_context,
                 learn=semantic_.learn,
+                faq_learn=faq_.learn if faq_ is not None else None,
                 resolve=self.exact.fetch,
             )
             if semantic_ is not None
@@ -178,6 +179,9 @@ class Cache:
         )  # fmt: skip
         self._faq: Any = None
         self._faq_absent_until = 0.0
+        self._faq_learn = faq_.learn if faq_ is not None else None
+        if self._faq_learn is not None and semantic_ is None:
+            raise ValueError("Faq(learn=...) learns through the semantic tier: keep it on")
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
         # The embedder, the vector index and the FAQ take seconds to open: in the background
@@ -283,7 +287,7 @@ class Cache:
             return None
         start = time.perf_counter()
         try:
-            key = self.exact.key(request) if tier.learning is not None else ""
+            key = self.exact.key(request) if tier.learns else ""
             found = tier.lookup(request, self.exact.fetch, key)
             self._semantic_breaker.success()
         except Exception as exc:
@@ -307,7 +311,7 @@ class Cache:
             return None
         start = time.perf_counter()
         try:
-            match = store.answer(located.question)
+            match = self._faq_decide(store, located.question, request)
         except Exception as exc:
             self._error("faq lookup", exc)
             return None
@@ -321,6 +325,50 @@ class Cache:
         entry_id = f"faq:{match.faq_id}:{question_key(located.question)}"
         return Hit(match.answer, entry.payload, "faq", "sqlite", entry_id, entry, match.score,
                    entry_id, match.matched)  # fmt: skip
+
+    def _faq_decide(self, store: FaqStore, question: str, request: CacheRequest) -> Any:
+        """The FAQ's answer: its threshold, or (``Faq(learn=...)``) the one the app's labels
+        taught, and the questions the LLM answered with a curated answer (verified
+        paraphrases, for the asker's tenant); a miss is labelled by the answer the LLM gives."""
+        learn, tier = self._faq_learn, self._semantic
+        learning = tier.learning if tier is not None else None
+        if learn is None or learning is None:
+            return store.answer(question)
+        pool = pool_of(self.namespace, request.tenant, _lang(question), kind="faq")
+        # a verified paraphrase is a user's question: matched as the semantic tier matches one,
+        # at its threshold or the one the pool's labels taught
+        assert tier is not None
+        bar = learning.threshold(pool, max(store.threshold, tier.threshold), learn.error_bound)
+        verified = learning.alias(pool, question, bar)
+        if verified is not None and (match := store.entry(verified[0].faq_id)) is not None:
+            self.metrics.incr("faq", "hits_verified")
+            return match._replace(matched=verified[0].question, score=verified[1])
+        best = next(store.matches(question, learn.floor), None)
+        if best is not None and best.score >= 1.0:  # the same question in another form
+            return best
+        learning.looked(pool)
+        near = tuple((m.faq_id, m.answer) for m in store.search(question))  # alias candidates
+        key = self.exact.key(request)
+        if best is None:
+            learning.pend(key, Pending(pool, "", "", 0.0, "", question, 1.0, time.monotonic(),
+                                       None, near))  # fmt: skip
+            return None
+        point = f"faq:{best.faq_id}"
+        threshold = learning.threshold(pool, store.threshold, learn.error_bound)
+        threshold = learning.entry_threshold(point, 0.0, threshold)
+        pending = Pending(pool, point, "", best.score, best.matched, question, 1.0,
+                          time.monotonic(), best.answer, near)  # fmt: skip
+        if best.score < threshold:
+            learning.pend(key, pending)
+            return None
+        if learning.explores(learn.explore):
+            learning.pend(key, pending._replace(weight=1 / learn.explore))
+            self.metrics.incr("faq", "explorations")
+            return None
+        learning.served(pool, best.score)
+        if best.score < store.threshold:
+            self.metrics.incr("faq", "hits_learned")
+        return best
 
     @property
     def faq(self) -> FaqStore | None:
@@ -720,6 +768,10 @@ def _open_store(
         return None
 
 
+def _lang(question: str) -> str:
+    return "zh" if any("\u3400" <= c <= "\u9fff" for c in question) else "en"
+
+
 def _vector_dir(path: str | Path | None) -> Path | None:
     """Beside an explicit SQLite file, or ``None`` for the data directory's default."""
     return Path(path).with_name(Path(path).stem + "-vectors") if path else None
@@ -924,6 +976,7 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
             metrics=metrics,
             audit=audit,
             learning=learning,
+            learns=options["learn"] is not None,
         )
     except Exiting:  # stopped while warming the guards up
         index.close()
@@ -935,8 +988,9 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
 
 
 def _learning(options: dict[str, Any], embedder: Any, metrics: Metrics) -> Learning | None:
-    """The semantic tier's learning from labels, when asked for (``Semantic(learn=...)``)."""
-    learn = options["learn"]
+    """Learning from labels, when asked for (``Semantic(learn=...)``, ``Faq(learn=...)``):
+    one log of labels for both, each tier in pools of its own."""
+    learn = options["learn"] or options["faq_learn"]
     if learn is None:
         return None
     store = options["store"] if isinstance(options["store"], LabelLog) else None

@@ -1,6 +1,6 @@
 """The end-to-end benchmark's quick mode, as CI runs it: the targets that are about behaviour
 (no wrong answer on follow-ups or time-dependent questions, at most 0.5 % wrong overall, more
-LLM calls avoided than an exact-match cache) hold on its stream."""
+LLM calls avoided than an exact-match cache) hold on its stream, learning from it or not."""
 
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ def test_quick_end_to_end_run(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "e2e_quick.json").read_text())
     rows = {r["contender"]: r for r in report["results"]}
     assert (tmp_path / "e2e_quick.png").stat().st_size > 0
-    for name in ("TriCache (embedded)", "TriCache (Redis L2)"):
+    for name in (
+        "TriCache (embedded)",
+        "TriCache (Redis L2)",
+        "TriCache (embedded, learning δ=1%)",
+    ):
         tri = rows[name]
         assert tri["wrong_follow_ups"] == 0
         assert tri["wrong_by_kind"].get("time-dependent", 0) == 0

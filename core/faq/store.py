@@ -16,11 +16,11 @@ import csv
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,8 +79,7 @@ class FaqEntry:
     lang: str | None = None
 
 
-@dataclass(slots=True)
-class FaqMatch:
+class FaqMatch(NamedTuple):
     faq_id: int
     question: str  # the curated question
     answer: str
@@ -262,17 +261,35 @@ class FaqStore:
         """The confident answer for ``query``, or ``None``: a curated question it asks in
         another form (no model asked), else the best candidate that clears the threshold and
         passes every guard."""
+        for match in self.matches(query, self.threshold):
+            return match
+        return None
+
+    def matches(self, query: str, floor: float) -> Iterator[FaqMatch]:
+        """Curated matches for ``query`` that pass every guard and score ``floor`` or more,
+        best first (a form of the same question first, at 1.0); none rejected for it."""
         if not query.strip() or self.count() == 0:
-            return None
+            return
         for match in self._same_questions(query):
             if not self._rejected(match.faq_id, query):
-                return match
+                yield match
+                return
         for match in self.search(query, limit=self.candidates):
-            if match.score < self.threshold:
-                break
+            if match.score < floor:
+                return
             if check(match.matched, query, self.guards)[0] is None:
-                return None if self._rejected(match.faq_id, query) else match
-        return None
+                if not self._rejected(match.faq_id, query):
+                    yield match
+                return  # the best guarded match decides: it is served, or nothing is
+
+    def entry(self, faq_id: int) -> FaqMatch | None:
+        """Entry ``faq_id`` of this namespace (its question matched, score 1.0)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, question, answer FROM faq WHERE id = ? AND namespace = ?",
+                (faq_id, self.namespace),
+            ).fetchone()
+        return FaqMatch(row[0], row[1], row[2], row[1], 1.0) if row else None
 
     # internals -----------------------------------------------------------------------------
     def _same_questions(self, query: str) -> list[FaqMatch]:

@@ -45,7 +45,7 @@ class CacheCollector:
         )
         p95 = GaugeMetricFamily("tricache_lookup_p95_seconds", "Golden signal", labels=["tier"])
         for tier, counters in stats.items():
-            if tier == "store" or not isinstance(counters, dict):
+            if tier in ("store", "learning") or not isinstance(counters, dict):
                 continue
             tier_hits = {k: v for k, v in counters.items() if k.startswith("hits") and _int(v)}
             for event, value in counters.items():

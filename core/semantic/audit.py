@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
     ts REAL NOT NULL, query_hash TEXT NOT NULL, hit TEXT, score REAL, skipped TEXT,
-    guards TEXT, top TEXT, rejected TEXT
+    guards TEXT, top TEXT, rejected TEXT, served_by TEXT, threshold REAL
 );
 CREATE TABLE IF NOT EXISTS feedback (
     ts REAL NOT NULL, entry_id TEXT NOT NULL, correct INTEGER NOT NULL,
@@ -60,6 +60,10 @@ class AuditLog:
         self._secret = secret if secret is not None else _secret()
         with closing(sqlite3.connect(self.path)) as db, db:
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(decisions)")}
+            for column, kind in (("served_by", "TEXT"), ("threshold", "REAL")):
+                if column not in columns:  # a log made by an older version
+                    db.execute(f"ALTER TABLE decisions ADD COLUMN {column} {kind}")
         self._queue: _Queue = queue.Queue(max_queue)
         self.dropped = 0
         self._busy = threading.Lock()  # held while the writer is inside SQLite
@@ -81,7 +85,8 @@ class AuditLog:
             else dict(decision)
         )
         self._put(
-            "INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO decisions (ts, query_hash, hit, score, skipped, guards, top, rejected,"
+            " served_by, threshold) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 time.time(),
                 self.query_hash(row["query_hash"]),
@@ -91,6 +96,8 @@ class AuditLog:
                 json.dumps(row.get("guards", [])),
                 json.dumps(row.get("top", [])),
                 json.dumps(row.get("rejected", {})),
+                row.get("by"),
+                row.get("threshold"),
             ),
         )
 

@@ -47,14 +47,15 @@ from typing import Any, NamedTuple
 import msgpack
 import numpy as np
 
-from ..key.forms import folded
+from ..key.forms import folded, same_question
 from ..key.normalize import normalize
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import LabelLog
-from .guards.checks import analyze
+from .guards.canonical import canonical
+from .guards.checks import analyze, check
 
-__all__ = ["Judge", "Label", "Learning", "Pending", "same_answer"]
+__all__ = ["Alias", "Judge", "Label", "Learning", "Pending", "same_answer"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ MIN_LABELS = 30  # effective labels at or above a learned threshold
 MIN_ANSWERS = 10  # different answers among its positive labels
 MIN_ENTRY_LABELS = 3  # positive labels of one entry (and no negative) that lower its threshold
 ANSWER_WEIGHT = 10.0  # the positive labels of one answer weigh this much in all, at most
+MAX_WRONG = 0.25  # the candidates a learned threshold adds are right 3 times in 4 at least
 CLOSE_ANSWERS = 0.97  # cosine of two answers' embeddings that may count as the same
 _Z = 1.645  # one-sided 95 %
 _GRID = [round(1.0 - i / 100, 2) for i in range(1, 51)]  # 0.99 … 0.50
@@ -111,6 +113,58 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def encode_lookups(pool: str, lookups: int, hits: Counter[int]) -> bytes:
+    """A log record: ``lookups`` lookups of ``pool`` reached a decision; ``hits`` counts the
+    ones served by a threshold, by score (hundredths).  The bound counts the share of lookups
+    answered wrongly, and the decisions of every score, served or not."""
+    return bytes(msgpack.packb([2, pool, lookups, dict(hits)]))
+
+
+def decode_lookups(data: bytes) -> tuple[str, int, Counter[int]] | None:
+    try:
+        fields = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception:
+        return None
+    if not (isinstance(fields, list) and len(fields) == 4 and fields[0] == 2):
+        return None
+    _, pool, lookups, hits = fields
+    if not (isinstance(pool, str) and isinstance(lookups, int) and isinstance(hits, dict)):
+        return None
+    counts = [lookups, *hits.keys(), *hits.values()]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 10**9 for c in counts):
+        return None
+    return pool, lookups, Counter({k: v for k, v in hits.items() if k <= 100})
+
+
+def encode_alias(pool: str, faq_id: int, question: str) -> bytes:
+    """A log record: the LLM answered ``question`` (asked in ``pool``) with the curated answer
+    of ``faq_id``: the question is a verified paraphrase of that entry, for that pool."""
+    return bytes(msgpack.packb([3, pool, faq_id, question]))
+
+
+def decode_alias(data: bytes) -> tuple[str, int, str] | None:
+    try:
+        fields = msgpack.unpackb(data, raw=False)
+    except Exception:
+        return None
+    if isinstance(fields, list) and len(fields) == 4 and fields[0] == 3:
+        _, pool, faq_id, question = fields
+        typed = isinstance(pool, str) and isinstance(question, str)
+        number = isinstance(faq_id, int) and not isinstance(faq_id, bool)
+        if typed and number and 0 < len(question) <= 2000:
+            return pool, faq_id, question
+    return None
+
+
+class Alias(NamedTuple):
+    """A question the LLM answered with a curated answer: asked again (or asked alike), the
+    FAQ serves that answer to its pool."""
+
+    faq_id: int
+    question: str
+    vector: np.ndarray
+
+
 class Pending(NamedTuple):
     """A miss whose answer, once the LLM gives it, labels a candidate."""
 
@@ -123,6 +177,7 @@ class Pending(NamedTuple):
     weight: float
     at: float  # monotonic time of the miss
     answer: str | None = None  # a curated answer (the FAQ's), known already
+    curated: tuple[tuple[int, str], ...] = ()  # FAQ entries (id, answer) near the question
 
 
 @dataclass(slots=True)
@@ -140,8 +195,12 @@ class Evidence:
         self._per_pool = per_pool
         self._max_entries = entries
         self._pools: dict[str, deque[Label]] = {}
+        self._lookups: Counter[str] = Counter()  # lookups that reached a decision, all time
+        self._hits: dict[str, Counter[int]] = {}  # of those, served by a threshold, by score
+        self._labelled: Counter[str] = Counter()  # labels, all time
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._learned: dict[tuple[str, float, float], tuple[float, float | None]] = {}
+        self._aliases: dict[str, OrderedDict[str, Alias]] = {}
+        self._learned: dict[tuple[str, float, float, float], tuple[float, float | None]] = {}
         self._lock = threading.Lock()
 
     def add(self, labels: Iterable[Label]) -> None:
@@ -149,6 +208,7 @@ class Evidence:
             for label in labels:
                 pool = self._pools.setdefault(label.pool, deque(maxlen=self._per_pool))
                 pool.append(label)
+                self._labelled[label.pool] += 1
                 entry = self._entries.get(label.point)
                 if entry is None:
                     entry = self._entries[label.point] = _Entry(deque(maxlen=16))
@@ -157,9 +217,39 @@ class Evidence:
                 self._entries.move_to_end(label.point)
                 entry.labels.append(label)
 
+    def looked(self, pool: str, lookups: int, hits: Counter[int]) -> None:
+        with self._lock:
+            self._lookups[pool] += lookups
+            self._hits.setdefault(pool, Counter()).update(hits)
+
+    def lookups(self, pool: str) -> tuple[float, dict[int, float]]:
+        """The pool's lookups, and its hits by score, over the span its kept labels cover
+        (they are the newest)."""
+        with self._lock:
+            kept, labelled = len(self._pools.get(pool, ())), self._labelled[pool]
+            share = kept / labelled if labelled else 0.0
+            hits = {b: n * share for b, n in self._hits.get(pool, Counter()).items()}
+            return self._lookups[pool] * share, hits
+
+    def add_alias(self, pool: str, alias: Alias) -> None:
+        with self._lock:
+            aliases = self._aliases.setdefault(pool, OrderedDict())
+            aliases[alias.question] = alias
+            aliases.move_to_end(alias.question)
+            while len(aliases) > _ALIASES_PER_POOL:
+                aliases.popitem(last=False)
+
+    def aliases(self, pool: str) -> list[Alias]:
+        with self._lock:
+            return list(self._aliases.get(pool, {}).values())
+
     def reset(self) -> None:
         with self._lock:
+            self._aliases.clear()
             self._pools.clear()
+            self._lookups.clear()
+            self._hits.clear()
+            self._labelled.clear()
             self._entries.clear()
             self._learned.clear()
 
@@ -176,55 +266,86 @@ class Evidence:
             entry = self._entries.get(point)
             return list(entry.labels) if entry is not None else []
 
-    def threshold(self, pool: str, error_bound: float, floor: float) -> float | None:
+    def threshold(self, pool: str, error_bound: float, floor: float, static: float) -> float | None:
         """The pool's learned threshold (``None``: not enough evidence), recomputed from its
         labels at most once a second."""
         now = time.monotonic()
-        key = (pool, error_bound, floor)
+        key = (pool, error_bound, floor, static)
         with self._lock:
             cached = self._learned.get(key)
         if cached is not None and now - cached[0] < 1.0:
             return cached[1]
-        learned = learned_threshold(self.labels(pool), error_bound, floor)
+        lookups, hits = self.lookups(pool)
+        learned = learned_threshold(
+            self.labels(pool), error_bound=error_bound, floor=floor, static=static,
+            lookups=lookups, hits=hits,
+        )  # fmt: skip
         with self._lock:
             self._learned[key] = (now, learned)
         return learned
 
 
-def learned_threshold(labels: Sequence[Label], error_bound: float, floor: float) -> float | None:
-    """The lowest similarity ``t`` (a multiple of 0.01, at least ``floor``) such that, for
-    ``t`` and every higher one, the 95 % upper bound of the share of decisions answered wrongly
-    by serving every candidate scoring that much or more stays under ``error_bound``; and at
-    ``t`` the labels are enough (``MIN_LABELS`` effective, positives of ``MIN_ANSWERS``
-    answers).  ``None`` when no such ``t`` is."""
-    usable = [x for x in labels if x.score >= floor]
-    if not usable:
-        return None
-    recurring = Counter(x.answer for x in usable if x.same)
-    weights = np.array(
-        [x.weight * (min(1.0, ANSWER_WEIGHT / recurring[x.answer]) if x.same else 1.0)
-         for x in usable]
-    )  # fmt: skip
-    scores = np.array([x.score for x in usable])
-    wrong = np.array([not x.same for x in usable])
-    total = weights.sum()
+def learned_threshold(
+    labels: Sequence[Label],
+    *,
+    error_bound: float,
+    floor: float,
+    static: float,
+    lookups: float,
+    hits: dict[int, float],
+) -> float | None:
+    """The lowest similarity ``t`` (a multiple of 0.01, from ``floor`` up to under ``static``)
+    such that serving every candidate scoring ``t`` or more, for ``t`` and every higher one,
+    keeps with 95 % confidence
+
+    - the share of the pool's ``lookups`` answered wrongly under ``error_bound``: what today's
+      threshold already spends (its hits, wrong as often as its explored labels and the
+      calibration's prior — right 95 % of the time, worth 20 labels — say) plus the added
+      candidates (scoring from ``t`` to ``static``: those labelled, and those served already,
+      ``hits`` by score), wrong as often as their labels bound;
+    - the share of the added candidates that are wrong under ``MAX_WRONG`` (a flood of other
+      lookups cannot make room for a poor threshold);
+
+    with enough labels at ``t``: ``MIN_LABELS``, positives of ``MIN_ANSWERS`` answers.
+    ``None`` when no such ``t`` is."""
+    decisions = max(lookups, 1.0)
+    cut = round(static * 100)
+    served = [x for x in labels if x.score >= static]
+    wrong_served = (1 + sum(not x.same for x in served)) / (20 + len(served))
+    spent = sum(n for b, n in hits.items() if b >= cut) / decisions * wrong_served
+    zone = sorted((x for x in labels if floor <= x.score < static), key=lambda x: -x.score)
+    recurring = Counter(x.answer for x in zone if x.same)
     learned = None
+    n = weight = wrong = 0.0
+    answers: set[str] = set()
+    i = 0
     for t in _GRID:
+        if t >= static:
+            continue
         if t < floor:
             break
-        above = scores >= t
-        w = weights[above]
-        if not len(w):
+        while i < len(zone) and zone[i].score >= t - 1e-9:
+            x = zone[i]
+            n += 1
+            if x.same:  # one answer that recurs weighs ANSWER_WEIGHT labels at most
+                weight += min(1.0, ANSWER_WEIGHT / recurring[x.answer])
+                answers.add(x.answer)
+            else:
+                weight += 1
+                wrong += 1
+            i += 1
+        if not n:
             continue
-        n = w.sum()
-        n_eff = n * n / float((w * w).sum())
-        p = float(w[wrong[above]].sum() / n)
-        bound = (n / total) * _wilson_upper(p, n_eff)
-        if bound > error_bound:
+        upper = _wilson_upper(wrong / weight, n)
+        added = n + sum(h for b, h in hits.items() if round(t * 100) <= b < cut)
+        if spent + added / decisions * upper > error_bound:
             break
-        answers = {x.answer for x, keep in zip(usable, above, strict=True) if keep and x.same}
-        if n_eff >= MIN_LABELS and len(answers) >= MIN_ANSWERS:
-            learned = t
+        if n < MIN_LABELS:
+            continue  # too few labels to judge the added candidates yet: look lower
+        if upper > MAX_WRONG:
+            break
+        if len(answers) >= MIN_ANSWERS and zone[i - 1].score < t + 0.02:
+            learned = t  # (labels reach down to t: no threshold under the evidence)
     return learned
 
 
@@ -254,7 +375,7 @@ def entry_threshold(labels: Sequence[Label], version: float, base: float, floor:
 def same_answer(a: str, b: str, embed: Callable[[list[str]], np.ndarray] | None = None) -> bool:
     """Conservatively, whether two answers say the same: equal in form, or with the same
     numbers, negations, names and literals and embeddings very close (``CLOSE_ANSWERS``)."""
-    if a == b or normalize(folded(a)) == normalize(folded(b)):
+    if a == b or normalize(folded(a)).casefold() == normalize(folded(b)).casefold():
         return True
     if embed is None or not a.strip() or not b.strip():
         return False
@@ -271,8 +392,8 @@ def same_answer(a: str, b: str, embed: Callable[[list[str]], np.ndarray] | None 
 
 
 def answer_digest(text: str) -> str:
-    return hashlib.blake2b(normalize(folded(text)).encode("utf-8", "surrogatepass"),
-                           digest_size=8).hexdigest()  # fmt: skip
+    folded_text = normalize(folded(text)).casefold()
+    return hashlib.blake2b(folded_text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def pool_of(namespace: str, tenant: str, lang: str, kind: str = "s") -> str:
@@ -321,19 +442,24 @@ class Learning:
         self.sync_s = sync_s
         self.evidence = Evidence()
         self.rng = rng or random.Random()
-        self._pending: OrderedDict[str, Pending] = OrderedDict()
+        self._pending: OrderedDict[str, list[Pending]] = OrderedDict()
+        self._learned: dict[str, float | None] = {}  # the last learned threshold, by pool
         self._pending_lock = threading.Lock()
         self._queue: queue.Queue[tuple[Pending, str, str] | None] = queue.Queue(maxsize=10_000)
         self._cursor = ""
+        self._looked: Counter[str] = Counter()  # lookups not yet logged, by pool
+        self._hits: dict[str, Counter[int]] = {}  # hits not yet logged, by pool and score
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start()
         on_fork(self._after_fork)
 
     # deciding ------------------------------------------------------------------------------
-    def threshold(self, pool: str, static: float) -> float:
+    def threshold(self, pool: str, static: float, error_bound: float | None = None) -> float:
         """The pool's threshold: learned when the evidence allows, else ``static``."""
-        learned = self.evidence.threshold(pool, self.error_bound, self.floor)
+        bound = self.error_bound if error_bound is None else error_bound
+        learned = self.evidence.threshold(pool, bound, self.floor, static)
+        self._learned[pool] = learned
         return static if learned is None else learned
 
     def lowest(self, point: str, threshold: float) -> float:
@@ -347,15 +473,25 @@ class Learning:
     def entry_threshold(self, point: str, version: float, threshold: float) -> float:
         return entry_threshold(self.evidence.of_entry(point), version, threshold, self.floor)
 
-    def explores(self) -> bool:
+    def looked(self, pool: str) -> None:
+        """One lookup of ``pool`` reached a decision (logged in batches)."""
+        self._looked[pool] += 1
+
+    def served(self, pool: str, score: float) -> None:
+        """One of them was served by a threshold (the calibrated or a learned one)."""
+        self._hits.setdefault(pool, Counter())[int(score * 100)] += 1
+
+    def explores(self, rate: float | None = None) -> bool:
         """Whether to skip serving this hit and let the LLM answer (and label it)."""
-        return self.rng.random() < self.explore_rate
+        return self.rng.random() < (self.explore_rate if rate is None else rate)
 
     # labelling -----------------------------------------------------------------------------
     def pend(self, key: str, pending: Pending) -> None:
-        """A miss (``key``: its request's exact key) whose answer will label a candidate."""
+        """A miss (``key``: its request's exact key) whose answer will label a candidate
+        (one of the semantic tier's, one of the FAQ's)."""
         with self._pending_lock:
-            self._pending[key] = pending
+            waiting = [p for p in self._pending.get(key, ()) if p.pool != pending.pool]
+            self._pending[key] = [*waiting, pending]
             self._pending.move_to_end(key)
             while len(self._pending) > 10_000:
                 self._pending.popitem(last=False)
@@ -369,16 +505,28 @@ class Learning:
         """The LLM answered the request ``key``: label its pending candidate (off the request
         path)."""
         with self._pending_lock:
-            pending = self._pending.pop(key, None)
-        if pending is None or time.monotonic() - pending.at > _PENDING_S:
-            return
-        try:
-            self._queue.put_nowait((pending, answer, question))
-        except queue.Full:
-            self.metrics.incr("semantic", "labels_dropped")
+            waiting = self._pending.pop(key, ())
+        for pending in waiting:
+            if time.monotonic() - pending.at > _PENDING_S:
+                continue
+            try:
+                self._queue.put_nowait((pending, answer, question))
+            except queue.Full:
+                self.metrics.incr("semantic", "labels_dropped")
 
     def label(self, pending: Pending, answer: str, question: str) -> Label | None:
-        """The label ``answer`` gives ``pending``'s candidate (``None``: its entry is gone)."""
+        """The label ``answer`` gives ``pending``'s candidate (``None``: no candidate, or its
+        entry is gone); and, when ``answer`` is a curated answer near the question, the
+        question becomes that entry's verified paraphrase (an alias, for its pool)."""
+        for faq_id, curated in pending.curated:
+            if same_answer(curated, answer) or (
+                self.judge is not None and self.judge(pending.question, curated, question, answer)
+            ):
+                self._log([encode_alias(pending.pool, faq_id, question)])
+                self.metrics.incr("faq", "aliases")
+                break
+        if not pending.point:
+            return None
         if pending.answer is not None:  # a curated answer: no entry to read
             cached, version = pending.answer, 0.0
         else:
@@ -395,19 +543,62 @@ class Learning:
         return Label(pending.pool, pending.point, version, pending.score, same, pending.weight,
                      answer_digest(cached))  # fmt: skip
 
+    def _log(self, records: list[bytes]) -> None:
+        if self.store is not None:
+            self.store.add_labels(self.namespace, records)
+        else:
+            self._read(records)
+
+    def _read(self, records: Iterable[bytes]) -> int:
+        """Apply log records: labels, lookup counts, aliases."""
+        labels = []
+        for data in records:
+            label = Label.decode(data)
+            if label is not None:
+                labels.append(label)
+            elif (lookups := decode_lookups(data)) is not None:
+                self.evidence.looked(*lookups)
+            elif (alias := decode_alias(data)) is not None and self.embed is not None:
+                pool, faq_id, text = alias
+                vector = self.embed([canonical(folded(text))])[0]
+                self.evidence.add_alias(pool, Alias(faq_id, text, vector))
+        self.evidence.add(labels)
+        return len(labels)
+
+    def alias(self, pool: str, question: str, threshold: float) -> tuple[Alias, float] | None:
+        """The pool's verified paraphrase nearest ``question``, when it scores ``threshold``
+        or more and every guard passes (the same question in another form scores 1.0)."""
+        aliases = self.evidence.aliases(pool)
+        if not aliases or self.embed is None:
+            return None
+        for alias in aliases:
+            if same_question(alias.question, question):
+                return alias, 1.0
+        vector = self.embed([canonical(folded(question))])[0]
+        scores = np.stack([a.vector for a in aliases]) @ vector
+        for i in np.argsort(-scores)[:5]:
+            if scores[i] < threshold:
+                break
+            if check(aliases[i].question, question)[0] is None:
+                return aliases[i], float(scores[i])
+        return None
+
     def add(self, labels: Sequence[Label]) -> None:
         """Record labels: in the store (every process reads them from its log), and here."""
         if not labels:
             return
-        if self.store is not None:
-            self.store.add_labels(self.namespace, [x.encode() for x in labels])
-        else:
-            self.evidence.add(labels)
+        self._log([x.encode() for x in labels])
         for x in labels:
             self.metrics.incr("semantic", "labels_same" if x.same else "labels_different")
 
     def sync(self) -> int:
-        """Read the labels other processes (and this one) logged since the last read."""
+        """Log this process's lookup counts; read what every process logged since the last
+        read (labels and counts)."""
+        looked, self._looked = self._looked, Counter()
+        hits, self._hits = self._hits, {}
+        counts = [(pool, n, hits.get(pool, Counter())) for pool, n in looked.items()]
+        if counts:
+            self._log([encode_lookups(*c) for c in counts])
         if self.store is None:
             return 0
         read = 0
@@ -415,10 +606,8 @@ class Learning:
             batch = self.store.labels_since(self.namespace, self._cursor)
             if batch.reset:
                 self.evidence.reset()
-            labels = [x for x in map(Label.decode, batch.labels) if x is not None]
-            self.evidence.add(labels)
+            read += self._read(batch.labels)
             self._cursor = batch.cursor
-            read += len(labels)
             if not batch.more:
                 return read
 
@@ -438,10 +627,7 @@ class Learning:
 
     def stats(self) -> dict[str, Any]:
         pools = self.evidence.pools()
-        learned = {
-            pool[:8]: self.evidence.threshold(pool, self.error_bound, self.floor)
-            for pool in pools[:20]
-        }
+        learned = {pool[:8]: self._learned.get(pool) for pool in pools[:20]}
         return {
             "error_bound": self.error_bound,
             "explore": self.explore_rate,
@@ -474,6 +660,7 @@ class Learning:
 
 
 _PENDING_S = 900.0  # a miss answered later than this labels nothing
+_ALIASES_PER_POOL = 5000
 
 
 def _work(

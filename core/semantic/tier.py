@@ -92,6 +92,7 @@ class Decision:
     skipped: str | None = None
     by: str | None = None  # what served the hit: "form" (the same question), "threshold" or
     # "learned" (a threshold the app's own labels taught, under the calibrated one)
+    threshold: float | None = None  # the threshold in force (learned or calibrated)
 
 
 class SemanticTier:
@@ -114,6 +115,7 @@ class SemanticTier:
         metrics: Metrics | None = None,
         audit: AuditLog | None = None,
         learning: Learning | None = None,
+        learns: bool = True,
     ) -> None:
         self.index = index
         self.embedder = embedder
@@ -142,7 +144,8 @@ class SemanticTier:
         self.max_chars = max_chars
         self.metrics = metrics or Metrics()
         self.audit = audit
-        self.learning = learning
+        self.learning = learning  # shared with the FAQ (``Faq(learn=...)``)
+        self.learns = learning is not None and learns  # this tier's decisions learn too
         warm_up()
 
     # lookup --------------------------------------------------------------------------------
@@ -185,12 +188,16 @@ class SemanticTier:
                 if entry is not None:  # the same question in another form: no model asked
                     return self._hit(candidate, entry, decision, "form")
         static = self.threshold_for(request.category)
-        learning, pool = self.learning, self.pool(request, question)
+        learning = self.learning if self.learns else None
+        pool = self.pool(request, question)
         threshold = self.threshold_for(request.category, pool) if learning else static
+        decision.threshold = round(threshold, 3)
         query = _embeddable(question)  # what the guards judge: as typed, bar capitals
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
         keep = min(threshold, learning.floor) if learning else threshold
+        if learning is not None:
+            learning.looked(pool)
         candidates = self._candidates(query, vector, scope, keep)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
@@ -224,6 +231,7 @@ class SemanticTier:
                 self.metrics.incr(TIER, "explorations")
                 return None
             else:
+                learning.served(pool, candidate.score)
                 by = "learned" if candidate.score < static else "threshold"
                 return self._hit(candidate, entry, decision, by)
             if not labelled and key:
@@ -308,7 +316,7 @@ class SemanticTier:
         """The threshold for a category: the calibrated one, or the one ``pool``'s labels
         taught (``learning``), moved by the category's offset."""
         base = self.threshold
-        if pool is not None and self.learning is not None:
+        if pool is not None and self.learning is not None and self.learns:
             base = self.learning.threshold(pool, base)
         offset = self.category_offsets.get(category, 0.0) if category else 0.0
         return min(0.999, max(0.0, base + offset))

@@ -399,19 +399,48 @@ def audit(
     last: Annotated[int, typer.Option(help="How many records.")] = 20,
     feedback: Annotated[bool, typer.Option(help="Show feedback instead of decisions.")] = False,
     path: Annotated[Path | None, typer.Option(help="audit.sqlite3 (default: data dir)")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG of the threshold in force over time here.")
+    ] = None,
 ) -> None:
-    """Show the latest semantic decisions (or feedback) from the audit log."""
+    """Show the latest semantic decisions (or feedback) from the audit log: each hit says what
+    served it (``served_by``: form, threshold, or learned) and the threshold in force."""
     from ..semantic.audit import AuditLog
 
     log_path = path or data_dir() / "audit.sqlite3"
     if not log_path.exists():
         _fail("no audit log here", log_path)
+    if plot is not None:
+        _check_writable(plot, "--plot")
     try:
         rows = AuditLog(log_path).recent(last, "feedback" if feedback else "decisions")
     except sqlite3.Error as exc:
         raise CliError(f"not a readable audit log: {exc}", log_path) from None
     for row in rows:
         console.print(json.dumps(row, ensure_ascii=False))
+    if plot is not None:
+        _plot_thresholds([r for r in reversed(rows) if r.get("threshold") is not None], plot)
+        console.print(f"plot written to {plot}")
+
+
+def _plot_thresholds(rows: list[dict[str, Any]], path: Path) -> None:
+    """The threshold each decision ran under (learned ones below the calibrated one)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 3.5))
+    ax = figure.subplots()
+    ax.plot(range(len(rows)), [r["threshold"] for r in rows], drawstyle="steps-post")
+    learned = [i for i, r in enumerate(rows) if r.get("served_by") == "learned"]
+    ax.scatter(learned, [rows[i]["score"] for i in learned], s=8, color="tab:green",
+               label="served by a learned threshold")  # fmt: skip
+    ax.set_xlabel("decisions (oldest first)")
+    ax.set_ylabel("threshold in force")
+    ax.legend(loc="lower left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
 
 
 faq_app = typer.Typer(help="The curated FAQ fallback.", no_args_is_help=True)
