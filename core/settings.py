@@ -54,6 +54,18 @@ class Learn:
     judge: Any = None
     floor: float = 0.77
 
+    def __post_init__(self) -> None:
+        if not 0 < self.error_bound < 1:
+            raise ValueError("Learn(error_bound=...) is a share of lookups, in (0, 1)")
+        if not 0 < self.explore <= 0.5:
+            raise ValueError("Learn(explore=...) must be in (0, 0.5]: unexplored hits go unchecked")
+        if not 0 < self.floor < 1:
+            raise ValueError("Learn(floor=...) is a similarity, in (0, 1)")
+        if self.judge is not None and not callable(self.judge):
+            raise TypeError(
+                "Learn(judge=...) takes (cached_question, cached_answer, question, answer)"
+            )
+
 
 @dataclass(frozen=True, slots=True)
 class Semantic:

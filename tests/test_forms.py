@@ -60,6 +60,8 @@ ONE_QUESTION = [
     ("What is new in IOS 18", "What is new in iOS 18"),
     ("whats a mortgage", "What's a mortgage?"),
     ("dont cancel it", "don't cancel it"),
+    ("vpn是什么意思？", "VPN是什么意思？"),  # a name in a question about words
+    ("How do I set up a Roku TV?", "How do I setup a Roku TV?"),
 ]
 ANOTHER_QUESTION = [
     ("Please Polish this sentence", "Please polish this sentence"),
@@ -75,6 +77,13 @@ ANOTHER_QUESTION = [
     ("What is len('a\u200bb')?", "What is len('ab')?"),
     ("Python代码里写print（1）为什么报错？", "Python代码里写print(1)为什么报错？"),
     ("气温-5℃需要穿羽绒服吗？", "气温5℃需要穿羽绒服吗？"),
+    ("What does Maße mean in German?", "What does Masse mean in German?"),  # no casefold
+    ("What does STRASSE mean?", "What does Straße mean?"),
+    ("“IT”是什么意思？", "“it”是什么意思？"),  # a question about a word: its case counts
+    ("What does kick back mean?", "What does kickback mean?"),
+    ("Is 100 Mbps enough for streaming?", "Is 100 MBps enough for streaming?"),
+    ("What is n-1 in statistics?", "What is n1 in statistics?"),
+    ("Can I buy 2 XL shirts?", "Can I buy 2XL shirts?"),
 ]
 
 

@@ -331,3 +331,12 @@ def test_the_audit_says_what_served_and_plots_the_thresholds(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert '"served_by": "threshold"' in result.output and '"threshold": 0.92' in result.output
     assert (tmp_path / "t.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"error_bound": 0}, {"error_bound": 1.5}, {"explore": 0}, {"floor": 2}, {"judge": 3}],
+)
+def test_bad_settings_fail_when_the_cache_is_made(options: dict[str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        Learn(**options)  # type: ignore[arg-type]

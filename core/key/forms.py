@@ -214,9 +214,10 @@ _FINAL = re.compile(r"(?<=[^\W_]|[)\"'`])[?.？。]+$")  # not "!": "n!", "save!
 
 
 def skeleton(text: str) -> str:
-    """What two same questions share exactly: the folded text, case-folded, without the
-    spaces or hyphens between letters and digits and without the final punctuation."""
-    return _SEPARATOR.sub("", _FINAL.sub("", folded(text))).casefold()
+    """What two same questions share exactly: the folded text in lower case (``lower``, not
+    ``casefold``: "Maße" is no "Masse"), without the spaces or hyphens between letters and
+    digits and without the final punctuation."""
+    return _SEPARATOR.sub("", _FINAL.sub("", folded(text))).lower()
 
 
 def form_key(text: str) -> str:
@@ -233,8 +234,9 @@ def same_question(a: str, b: str) -> bool:
         return True
     if about_characters(a) or about_characters(b):
         return _spaced(a) == _spaced(b)
-    if about_words(a) or about_words(b):
-        return _worded(a) == _worded(b)
+    if about_words(a) or about_words(b):  # (and the case decided strictly: case_differs)
+        x, y = _worded(a), _worded(b)
+        return x.lower() == y.lower() and not case_differs(x, y)
     x, y = folded(a), folded(b)
     if x == y:
         return True
@@ -248,10 +250,13 @@ def same_question(a: str, b: str) -> bool:
 # about, and only width and spacing are form.  About characters ("How many bytes is Ａ?",
 # "全角和半角"): not even width is.
 _ABOUT_WORDS = re.compile(
-    r"\b(?:means?|meaning|meant|define[ds]?|definition|spell(?:ed|ing|s)?|pronounc\w*|"
-    r"synonyms?|antonyms?|translat\w*|words?|terms?|phrases?|in a sentence|nouns?|verbs?|"
-    r"adjectives?|grammar\w*|grammatical\w*|plurals?|apostrophes?|hyphen\w*|"
-    r"capitali[sz]\w*|capital letters?|lower ?case|upper ?case|letters?|rhymes?|say in)\b"
+    r"\b(?:mean|means|meaning|meant|define[ds]?|definition|spell(?:ed|ing|s)?|pronounc\w*|"
+    r"synonyms?|antonyms?|translat\w*|in a sentence|plurals? of|grammar\w*|grammatical\w*|"
+    r"apostrophes?|hyphen\w*|capitali[sz]\w*|capital letters?|lower ?case|upper ?case|"
+    r"rhymes? with|say in|word for|in (?:simple|plain|other|your own) words)\b"
+    r"|\b(?:the|this|that)\s+(?:word|term|phrase|letter|abbreviation|acronym)s?\s+"
+    r"(?!(?:of|and|or|for|to|in|on|is|are|was|were|that|this)\b)[\"'“‘]?\w"
+    r"|\ban?\s+(?:(?:real|proper|valid|correct|english)\s+)?(?:word|term)\b"
     r"|是什么意思|什么意思|的意思|意思是|含义|怎么读(?!取)|读音|发音|翻译|单词|拼写|词性|怎么说|"
     r"英[语文]|同义词|反义词|大小写|大写|小写|字母"
 )
@@ -322,7 +327,7 @@ _ODD_SPACES = frozenset("\u00a0\u1680\u202f\u205f\u3000\u200b\u2060\ufeff\u00ad"
 # "!" or "?" on a word inside a sentence, or "!" on the last word: a type, a method, a
 # factorial ("Int!", "String?", "save!", "n!"), not the question's own mark
 _MARKED = re.compile(
-    r"[^\W_]{1,32}[!?](?=[^\s!?.,;:)\]}'\"。，？！、])|[^\W_]{1,32}!$"
+    r"[A-Za-z0-9_]{1,32}[!?](?=[^\s!?.,;:)\]}'\"。，？！、])|[A-Za-z0-9_]{1,32}!$"
     # a minus between letters or digits: "x-y", "n-1", "x-2y" (not "e-mail", "x-ray")
     r"|(?<![^\W_])[^\W_]-(?:[^\W_](?![^\W_])|\d)"
 )
@@ -350,8 +355,8 @@ def _splits(text: str) -> dict[int, tuple[str, str, str, str]]:
         right = re.match(rf"{_ALNUM}+", body[m.end() :])
         if left and right:
             position = sum(c.isalnum() for c in body[: m.start()])
-            before = (left.group(1) or "").casefold()
-            out[position] = (left.group(2).casefold(), right.group().casefold(), m.group(), before)
+            before = (left.group(1) or "").lower()
+            out[position] = (left.group(2).lower(), right.group().lower(), m.group(), before)
     return out
 
 
@@ -407,7 +412,7 @@ def unify(a: str, b: str) -> tuple[str, str]:
         return a, b  # "What does kick back mean?" asks about the spelling itself
     joined: dict[str, str] = {}  # a spelling (folded) → the joined form both sides get
     for x, y in ((a, b), (b, a)):
-        whole = {m.group().casefold(): m.group() for m in _LATIN_RUN.finditer(y)}
+        whole = {m.group().lower(): m.group() for m in _LATIN_RUN.finditer(y)}
         runs = list(_LATIN_RUN.finditer(x))
         for size in (2, 3):
             for i in range(len(runs) - size + 1):
@@ -415,13 +420,13 @@ def unify(a: str, b: str) -> tuple[str, str]:
                 separators = [x[p.end() : q.start()] for p, q in pairwise(run)]
                 if any(sep not in (" ", "-") for sep in separators):
                     continue
-                key = "".join(m.group().casefold() for m in run)
-                before = runs[i - 1].group().casefold() if i else ""
+                key = "".join(m.group().lower() for m in run)
+                before = runs[i - 1].group().lower() if i else ""
                 if key in whole and all(
-                    _one_word(p.group().casefold(), q.group().casefold(), sep, before)
+                    _one_word(p.group().lower(), q.group().lower(), sep, before)
                     for (p, q), sep in zip(pairwise(run), separators, strict=True)
                 ):
-                    joined[x[run[0].start() : run[-1].end()].casefold()] = key
+                    joined[x[run[0].start() : run[-1].end()].lower()] = key
                     joined[key] = key
     if not joined:
         return a, b
@@ -436,7 +441,7 @@ def unify(a: str, b: str) -> tuple[str, str]:
     def rewrite(text: str) -> str:
         return pattern.sub(
             lambda m: joined.get(
-                m.group().casefold().replace("-", " "), joined.get(m.group().casefold(), m.group())
+                m.group().lower().replace("-", " "), joined.get(m.group().lower(), m.group())
             ),
             text,
         )
@@ -468,7 +473,8 @@ def case_differs(x: str, y: str) -> bool:
 
     A capital that only starts a sentence tells nothing, and capitals against capitals are
     one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``) — except in a question about words
-    (``about_words``: "英文May是什么意思"), where every difference of case counts."""
+    (``about_words``: "英文May是什么意思"), where every case difference of a word counts, and
+    of a name only ``VPN`` / ``vpn`` does not."""
     told = tells_case(x) and tells_case(y)
     strict = about_words(x) or about_words(y)  # "What does Polish mean?": any case counts
     units_x, units_y = _units(x), _units(y)
@@ -482,8 +488,8 @@ def case_differs(x: str, y: str) -> bool:
         if found is None or not typed_x or not found[0] or found[0] == typed_x:
             continue
         typed_y, capitals_y = found
-        if strict:
-            return True
+        if strict and (len(word) <= 2 or is_lower_case_word(word)):
+            return True  # "what does IT mean" / "what does it mean"; not "VPN" / "vpn"
         if len(word) <= 2 and any(_mixed(t) for t in typed_x | typed_y):
             return True  # a unit or a symbol: mW / MW, Co / CO, mL / ml
         if len(capitals_x) != 1 or len(capitals_y) != 1 or capitals_x == capitals_y:
@@ -522,17 +528,20 @@ def _word_cases(
 ) -> dict[str, tuple[frozenset[str], frozenset[bool]]]:
     """Each Latin word (folded), with how it is typed and whether each time with a capital,
     both where its case is its own: a capital that starts a sentence, and the pronoun "I"
-    (typed "i" as often), are grammar's and left out (``strict``: only the text's first
-    word)."""
+    (typed "i" as often), are grammar's and left out (``strict``, in a question about words:
+    only the first word's, when it opens a question: "What", "How", "Define" …)."""
     typed: dict[str, set[str]] = {}
     capitals: dict[str, set[bool]] = {}
     sentence_start = True
     for m in _PIECE.finditer(_FINAL.sub("", text)):
         piece = m.group()
         if piece[0].isalpha() and not _CJK.match(piece):
-            word = piece.casefold()
+            word = piece.lower()
             forms, flags = typed.setdefault(word, set()), capitals.setdefault(word, set())
-            if piece not in ("I", "i") and not (sentence_start and piece[1:] == piece[1:].lower()):
+            grammar = sentence_start and piece[1:] == piece[1:].lower()
+            if strict:  # a question about words: only an opener's capital is grammar's
+                grammar = grammar and word in _OPENERS
+            if piece not in ("I", "i") and not grammar:
                 forms.add(piece)
                 flags.add(any(c.isupper() for c in piece))
         if piece[0].isalnum():
@@ -543,4 +552,8 @@ def _word_cases(
 
 
 _PIECE = re.compile(rf"(?:(?!\d){_ALNUM})+|\d+|\S")
+_OPENERS = frozenset(
+    "what how why when where who which is are do does did can could should would will please "
+    "tell define explain translate use give".split()
+)
 _SENTENCE_ENDS = frozenset(".!?。！？")  # not ":": "Define: Polish" is no sentence start

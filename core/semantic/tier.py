@@ -32,7 +32,7 @@ import numpy as np
 
 from ..exact.tier import StoreUnavailable
 from ..key.entry import CacheEntry
-from ..key.forms import folded, form_key, same_question, unify
+from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
 from ..key.request import CacheRequest, context_fingerprint
 from ..ops.metrics import Metrics
@@ -404,12 +404,25 @@ def _embeddable(text: str) -> str:
     """The text the embedder sees: a question typed in capitals only is lowered (the packaged
     embedders score "CAN I EXPORT TO CSV?" far from "Can I export to CSV?"; lowering every
     question instead raised PAWS-X false hits from 1.2 % to 2.1 %), and lone surrogates, which
-    cannot be encoded for a model, are replaced.  The guards see the question as typed."""
-    if text.isupper():
+    cannot be encoded for a model, are replaced.  Not a question whose capitals are a code or
+    a name (``\\D``, "IT" inside Chinese text): only one typed in capitals throughout.  The
+    guards see the question as typed."""
+    if _shouted(text):
         text = text.lower()
     if text[-1:].isascii() and text[-1:].isalnum():
         text += "?"  # "…Tower" scores 0.91 against "…Tower?": both are the same question
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _shouted(text: str) -> bool:
+    """A question typed in capitals throughout: Latin words only, several of them, and no
+    literal (``LS -R``) whose case a lowering would change."""
+    return (
+        text.isupper()
+        and not _has_cjk(text)
+        and sum(w.isalpha() for w in text.split()) >= 2
+        and not literals(text)
+    )
 
 
 def _comparable(question: str) -> bool:

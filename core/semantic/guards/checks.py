@@ -660,10 +660,12 @@ _HAVE = frozenset(("has", "have"))
 
 
 def focus(a: Analysis, b: Analysis) -> str | None:
-    """Words that narrow what is asked, on one side only: "Is it just for members?" / "Is it
-    for members?", "Can kids fly alone?", "Can I bring my own food?", 自己 / 才 / 只 / 都 /
-    还 / 再.  Often fillers elsewhere ("I just wanted to ask" is discourse, removed before the
-    guards), here they change the answer."""
+    """Words that narrow what a yes/no question asks, on one side only: "Is it just for
+    members?" / "Is it for members?", "Can kids fly alone?", "Can I bring my own food?", 自己 /
+    才 / 只 / 都 / 还 / 再.  Often fillers elsewhere ("I just wanted to ask" is discourse,
+    removed before the guards), here they change the answer."""
+    if "yes/no" not in (_form_of(a), _form_of(b)):
+        return None  # "怎样才能减肥" asks what "怎样减肥" asks: only a yes/no question narrows
     words = FOCUS_ZH if a.zh or b.zh else FOCUS_EN
     if {t for t in a.tokens if t in words} != {t for t in b.tokens if t in words}:
         return "focus"

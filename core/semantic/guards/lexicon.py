@@ -57,7 +57,8 @@ ANTONYMS_EN = _pairs(
     "public; online offline; manual automatic; hire fire; borrow lend; borrow repay; pay "
     "refund; arrive depart; import export; maximize minimize; overestimate underestimate; "
     "overpaid underpaid; dead alive; why how; advantage disadvantage; pro con; pros cons; few "
-    "many; sooner later"
+    "many; sooner later; permanent temporary; permanently temporarily; delete deactivate; "
+    "forever temporarily"
 )
 
 ANTONYMS_ZH = _pairs(
@@ -132,7 +133,7 @@ PAST_ZH = _words("了 过 已经 曾经")
 
 # Words that narrow what is asked ("just for members", 自己, 才): the focus guard.
 FOCUS_EN = _words("just only even alone again own solely merely exclusively")
-FOCUS_ZH = _words("只 只有 只能 仅 仅仅 光 才 才能 才可以 都 还 也 又 再 自己 亲自 单独 另外")
+FOCUS_ZH = _words("只 只有 只能 仅 仅仅 光 才 才能 才可以 都 还 又 再 自己 亲自 单独 另外")
 
 # Chinese function words dropped by the order guard ("和" is symmetric: "A和B" = "B和A").
 STOPWORDS_ZH = _words(
