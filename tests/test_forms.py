@@ -11,7 +11,10 @@ The probe sets (``benchmarks/probes``, written for this repository):
   term one letter from a dictionary word (lanoxin / lanolin), a British spelling that is
   another American word (timbre / timber), a character of the same pinyin (协程 / 携程), one
   content word (hypo- / hyperthyroidism), permission against obligation and tense, fillers
-  that carry meaning — each kind at least 25 pairs, English and Chinese.
+  that carry meaning — each kind at least 25 pairs, English and Chinese;
+- ``heldout_issue23.tsv``, ``heldout2_issue23.tsv``: two held-out rounds written blind by
+  helpers (look-alikes of every kind above, swapped roles and particles in Chinese), kept as
+  regression sets once run.
 
 Each set runs through the core API, through LangChain (``set_llm_cache`` with an oracle
 model whose answer is a digest of its prompt) and through the FAQ.
@@ -40,8 +43,15 @@ PROBES = Path(__file__).resolve().parents[1] / "benchmarks" / "probes"
 FORMS = read_pairs(PROBES / "form_variants.tsv")
 LOOK_ALIKES = read_pairs(PROBES / "lookalikes_evidence.tsv")
 RED_TEAM = read_pairs(PROBES / "form_redteam.tsv")
+# the two held-out rounds, run once against main each, kept as regression sets since
+HELD_OUT = [
+    p
+    for name in ("heldout_issue23.tsv", "heldout2_issue23.tsv")
+    for p in read_pairs(PROBES / name)
+    if p.label == 0
+]
 SAME = [p for p in FORMS if p.label == 1]
-OTHER = [p for p in FORMS if p.label == 0] + LOOK_ALIKES + RED_TEAM
+OTHER = [p for p in FORMS if p.label == 0] + LOOK_ALIKES + RED_TEAM + HELD_OUT
 
 # the issue's own examples, each a pair of one question in two forms
 ONE_QUESTION = [

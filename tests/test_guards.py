@@ -74,6 +74,19 @@ REFUSED = [
     # as many negations, on another verb
     ("What happens if you don't sleep?", "What happens if you can't sleep?", "negation"),
     ("Why won't the app open?", "Why doesn't the app open?", "negation"),
+    # a held-out round (#23): roles swapped around a particle, a word with an apostrophe that
+    # is another word without it, a reflexive or "also" on one side, "do" against a mood
+    ("妈妈的哥哥叫什么", "哥哥的妈妈叫什么", "order"),
+    ("微信怎么转账到支付宝", "支付宝怎么转账到微信", "order"),  # jieba: 到微 / 信
+    ("1公斤等于几斤", "1斤等于几公斤", "order"),
+    ("人能把感冒传染给狗吗", "狗能把感冒传染给人吗", "order"),
+    ("When do you use its?", "When do you use it's?", "apostrophe"),
+    ("Were you there?", "We're you there?", "apostrophe"),
+    ("Can I file taxes?", "Can I file taxes myself?", "focus"),
+    ("猫怕水吗", "猫也怕水吗", "focus"),
+    ("Could humans live on Mars?", "Do humans live on Mars?", "modality"),
+    ("What is the maximum dose of ibuprofen for adults?",
+     "What are the side effects of ibuprofen for adults?", "substitution"),
 ]  # fmt: skip
 
 PASSED = [
@@ -112,6 +125,11 @@ PASSED = [
     # hedges ask nothing of their own
     ("退款多久到账", "退款一般多久到账"),
     ("How long does shipping take?", "How long does shipping usually take?"),
+    # a block moved whole, a tie kept with its words; a request is no mood; no apostrophe word
+    ("我的密码怎么重置", "怎么重置我的密码"),
+    ("密码的重置方法", "重置密码的方法"),
+    ("Can you tell me my balance?", "Do you know my balance?"),
+    ("Dont I need a visa?", "Don't I need a visa?"),
 ]
 
 

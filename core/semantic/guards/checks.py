@@ -364,9 +364,55 @@ def order(a: Analysis, b: Analysis) -> str | None:
     # ("他出生于A，在B去世" / "他出生于B，去世于A")
     long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
     zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
+    if a.zh and b.zh and (_ties_swapped(a, b) or not _rotation(_zh_placement(a, b))):
+        return "order"
     if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
         return None if _rotation(permutation) else "order"
     return None if permutation == sorted(permutation) else "order"
+
+
+def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
+    """The order in ``b`` of the words the two Chinese questions share, found by where their
+    characters stand in each text rather than by jieba's words, which split one phrasing
+    differently from the other ("转账到微信" → 到微 / 信).  The words are both sides' content
+    words and the particles that tie two of them (的, 到, 给, 把 …: "妈妈的哥哥" is not "哥哥的
+    妈妈"), each counted only where it occurs exactly once in each text."""
+    words = {t for t in (*a.tokens, *b.tokens) if _CJK.match(t) or t.isalnum()}
+    words = {w for w in words if w not in STOPWORDS_ZH or w in _TIES_ZH}
+    spots = []
+    for word in words:
+        if a.text.count(word) == 1 and b.text.count(word) == 1:
+            spots.append((a.text.index(word), b.text.index(word), word))
+    spots = [s for s in spots if not any(w != s[2] and s[2] in w for *_, w in spots)]
+    in_b = sorted(range(len(spots)), key=lambda i: spots[i][1])
+    rank = {i: r for r, i in enumerate(in_b)}
+    return [rank[i] for i in sorted(range(len(spots)), key=lambda i: spots[i][0])]
+
+
+def _ties_swapped(a: Analysis, b: Analysis) -> bool:
+    """A particle that ties two words ties them the other way round: "1公斤等于几斤" / "1斤等于
+    几公斤" (a question numeral glued to its unit by jieba is set aside: 几斤 → 斤)."""
+    for tie in _TIES_ZH:
+        sides_a, sides_b = _tied(a.tokens, tie), _tied(b.tokens, tie)
+        if sides_a and sides_b and sides_a != sides_b and sides_a == sides_b[::-1]:
+            return True
+    return False
+
+
+def _tied(tokens: tuple[str, ...], tie: str) -> tuple[str, str] | None:
+    """The content words on either side of ``tie`` when it occurs once."""
+    if tokens.count(tie) != 1:
+        return None
+    at = tokens.index(tie)
+    words = [_QUESTION_NUMERAL.sub("", t) for t in tokens]
+    left = [w for w in words[:at] if w and w not in STOPWORDS_ZH]
+    right = [w for w in words[at + 1 :] if w and w not in STOPWORDS_ZH]
+    return (left[-1], right[0]) if left and right else None
+
+
+_QUESTION_NUMERAL = re.compile("^(?:几|多少)")
+# Particles that tie one word to another: on which side of one a word stands is what it means
+_TIES_ZH = frozenset("的 到 给 把 被 比 向 往 对 从 替 让 叫 等于".split())
 
 
 _CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
@@ -454,13 +500,18 @@ def added_content(a: Analysis, b: Analysis) -> str | None:
 def substitution(a: Analysis, b: Analysis) -> str | None:
     """The same question about another thing: one content word swapped for one or two others
     ("将军令丢了" vs "将军令坏了", "the chemistry game" vs "the biology game", "用花呗付款"
-    vs "用信用卡付款", where jieba splits 花呗 in two), or every content word another ("What
-    is hypothyroidism?" vs "What is hyperthyroidism?": the threshold alone would decide)."""
+    vs "用信用卡付款", where jieba splits 花呗 in two), or as many swapped as kept, every
+    content word another included ("What is hypothyroidism?" vs "What is hyperthyroidism?":
+    the threshold alone would decide)."""
     only_a, only_b = _unmatched(a, b), _unmatched(b, a)
+    if not (only_a and only_b):
+        return None
     shared = len(set(_content_stems(a)) & set(_content_stems(b)))
-    if only_a and only_b and (shared == 0 or len(only_a) + len(only_b) <= 3):
-        return "substitution"  # with no content word shared: another topic (hypo- / hyper-)
-    return None
+    swapped = max(len(only_a), len(only_b))
+    # one word for one or two; or as many words swapped as kept ("the maximum dose of
+    # ibuprofen for adults" / "the side effects of …"), no word kept among them (hypo- /
+    # hyper-): another topic
+    return "substitution" if len(only_a) + len(only_b) <= 3 or swapped >= shared else None
 
 
 def _content_stems(a: Analysis) -> list[str]:
@@ -499,6 +550,25 @@ def literal(a: Analysis, b: Analysis) -> str | None:
     """ "`ls -R`" vs "`ls -r`", "\\W" vs "\\w", "10³" vs "103", an emoji with or without its
     joiners: code, flags, math and symbols are never paraphrased, so they must be identical."""
     return "literal" if a.literals != b.literals else None
+
+
+def apostrophe(a: Analysis, b: Analysis) -> str | None:
+    """ "When do you use its?" / "… it's?", "were" / "we're", "well" / "we'll": a word with an
+    apostrophe against the same letters without it, when those letters are a word of their
+    own, is another word (a missing apostrophe is form only where the letters are no word:
+    "dont", "whats"; "cant" and "wont" read as the negations on both sides)."""
+    for x, y in ((a, b), (b, a)):
+        bare_y = set(_LATIN.findall(y.text))
+        for word in _APOSTROPHED.findall(x.text):
+            bare = re.sub("['’]", "", word)
+            if bare in bare_y and bare not in _READ_AS_NEGATION and known(bare):
+                return "apostrophe"
+    return None
+
+
+_LATIN = re.compile(r"[a-z]+")
+_APOSTROPHED = re.compile(r"[a-z]+(?:['’][a-z]+)+")
+_READ_AS_NEGATION = frozenset(("cant", "wont"))
 
 
 def case(a: Analysis, b: Analysis) -> str | None:
@@ -604,11 +674,16 @@ def modality(a: Analysis, b: Analysis) -> str | None:
     """Permission, ability, obligation, advice and time are what a question asks: "Can I
     bring food?" / "Do I have to bring food?", "Will the Fed raise rates?" / "Did the Fed
     raise rates?", 可以 / 应该, 能 / 要, 会 / 了.  Refused when each side has a mood the other
-    lacks, or one asks about the past and the other not; one side plain ("How do I …" / "How
-    can I …") is one question."""
+    lacks, when "do" asks a fact that the other side asks with a mood ("Could humans live on
+    Mars?" / "Do humans live on Mars?"; "Is it okay if dogs eat grapes?" asks what "Can dogs
+    eat grapes?" asks), or when one asks about the past and the other not; a question
+    for a fact with one side plain ("How do I …" / "How can I …") is one question."""
     moods_a, moods_b = _moods(a), _moods(b)
     if moods_a - moods_b and moods_b - moods_a:
         return "modality"
+    for x, moods_x, moods_y in ((a, moods_a, moods_b), (b, moods_b, moods_a)):
+        if moods_y and not moods_x and x.tokens and x.tokens[0] in _DO:
+            return "modality"  # "Do humans live on Mars?" asks a fact, "Could humans …" not
     tense_a, tense_b = _tense(a, moods_a), _tense(b, moods_b)
     if tense_a is not None and tense_b is not None and tense_a != tense_b:
         return "modality"
@@ -619,7 +694,11 @@ def _moods(a: Analysis) -> set[str]:
     tokens = a.tokens
     if a.zh:
         return {MOODS_ZH[t] for t in tokens if t in MOODS_ZH}
-    moods = {_MOODS_EN[t] for t in tokens if t in _MOODS_EN}
+    moods = {
+        _MOODS_EN[t]
+        for t, you, verb in zip(tokens, (*tokens[1:], ""), (*tokens[2:], "", ""), strict=False)
+        if t in _MOODS_EN and not (t in _REQUESTS_EN and you == "you" and verb in _ASKED_EN)
+    }  # "Can you tell me my balance?" asks for it ("Can you freeze rice?" asks if one can)
     for first, second in pairwise(tokens):
         if second == "to" and first in _MOOD_PHRASES_EN:  # "have to", "able to", "going to"
             moods.add(_MOOD_PHRASES_EN[first])
@@ -654,6 +733,12 @@ _MOOD_PHRASES_EN = {
     "supposed": "should",
     "going": "will",
 }
+_REQUESTS_EN = frozenset("can could will would".split())
+_ASKED_EN = frozenset(
+    "please tell show help give let find send check book remind explain describe list "
+    "recommend suggest".split()
+)
+_DO = frozenset(("do", "does", "did"))
 _PAST_EN = frozenset("was were did had".split())
 _NOW_EN = frozenset("is are am do does has have".split())
 _HAVE = frozenset(("has", "have"))
@@ -675,6 +760,7 @@ def focus(a: Analysis, b: Analysis) -> str | None:
 DEFAULT_GUARDS: tuple[Guard, ...] = (
     literal,
     case,
+    apostrophe,
     negation,
     antonym,
     number,

@@ -132,8 +132,11 @@ MOODS_ZH = {
 PAST_ZH = _words("了 过 已经 曾经")
 
 # Words that narrow what is asked ("just for members", 自己, 才): the focus guard.
-FOCUS_EN = _words("just only even alone again own solely merely exclusively")
-FOCUS_ZH = _words("只 只有 只能 仅 仅仅 光 才 才能 才可以 都 还 又 再 自己 亲自 单独 另外")
+FOCUS_EN = _words(
+    "just only even alone again own solely merely exclusively also too myself yourself "
+    "himself herself itself ourselves yourselves themselves oneself"
+)
+FOCUS_ZH = _words("只 只有 只能 仅 仅仅 光 才 才能 才可以 都 还 又 再 也 自己 亲自 单独 另外")
 
 # Chinese function words dropped by the order guard ("和" is symmetric: "A和B" = "B和A").
 STOPWORDS_ZH = _words(
