@@ -38,7 +38,7 @@ from .runtime.home import data_dir
 from .semantic.audit import AuditLog
 from .semantic.guards.canonical import canonical
 from .semantic.guards.checks import is_cacheable
-from .semantic.learning import Learning, Pending, pool_of
+from .semantic.learning import Learning, Pending, answer_digest, pool_of
 from .semantic.tier import SemanticHit, SemanticTier
 from .settings import Exact, Faq, Semantic, from_legacy
 from .stores.base import L2Store, LabelLog, PointLog
@@ -227,7 +227,7 @@ class Cache:
         ``semantic=False`` asks the exact tier only (for prompts that must match exactly)."""
         self._check(request)
         if not self._may_cache(request):  # curated answers only
-            return self._faq_lookup(request) if semantic else None
+            return self._unlabelled(request, self._faq_lookup(request)) if semantic else None
         self.exact.start_lookup()
         start = time.perf_counter()
         try:
@@ -238,7 +238,7 @@ class Cache:
         finally:
             self.metrics.observe("exact", time.perf_counter() - start)
         if found is not None:
-            return self._exact_hit(found)
+            return self._unlabelled(request, self._exact_hit(found))
         if not semantic:
             return None
         return self._answered(request, self._semantic_lookup(request) or self._faq_lookup(request))
@@ -246,7 +246,9 @@ class Cache:
     async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
         self._check(request)
         if not self._may_cache(request):
-            return await asyncio.to_thread(self._faq_lookup, request) if semantic else None
+            if not semantic:
+                return None
+            return self._unlabelled(request, await asyncio.to_thread(self._faq_lookup, request))
         self.exact.start_lookup()
         start = time.perf_counter()
         try:
@@ -257,7 +259,7 @@ class Cache:
         finally:
             self.metrics.observe("exact", time.perf_counter() - start)
         if found is not None:
-            return self._exact_hit(found)
+            return self._unlabelled(request, self._exact_hit(found))
         if not semantic:
             return None
         # embedding is CPU work: keep the event loop free while it runs
@@ -270,6 +272,14 @@ class Cache:
         """After an exact miss: a hit from another tier means no answer will be written."""
         if hit is not None:
             self.exact.settle(request)
+        return self._unlabelled(request, hit)
+
+    def _unlabelled(self, request: CacheRequest, hit: Hit | None) -> Hit | None:
+        """A request the cache answered labels nothing, even if the app stores the answer it
+        was served (a label never comes from the cache's own answer)."""
+        tier = self._semantic
+        if hit is not None and tier is not None and tier.learning is not None:
+            tier.learning.forget(self.exact.key(request))
         return hit
 
     def _exact_hit(self, found: ExactHit) -> Hit | None:
@@ -340,7 +350,9 @@ class Cache:
         assert tier is not None
         bar = learning.threshold(pool, max(store.threshold, tier.threshold), learn.error_bound)
         verified = learning.alias(pool, question, bar)
-        if verified is not None and (match := store.entry(verified[0].faq_id)) is not None:
+        match = store.entry(verified[0].faq_id) if verified is not None else None
+        # (the entry must still hold the answer it was verified with: not another entry's now)
+        if verified is not None and match and answer_digest(match.answer) == verified[0].answer:
             self.metrics.incr("faq", "hits_verified")
             return match._replace(matched=verified[0].question, score=verified[1])
         best = next(store.matches(question, learn.floor), None)
@@ -355,7 +367,7 @@ class Cache:
             return None
         point = f"faq:{best.faq_id}"
         threshold = learning.threshold(pool, store.threshold, learn.error_bound)
-        threshold = learning.entry_threshold(point, 0.0, threshold)
+        threshold = learning.entry_threshold(pool, point, 0.0, threshold)
         pending = Pending(pool, point, "", best.score, best.matched, question, 1.0,
                           time.monotonic(), best.answer, near)  # fmt: skip
         if best.score < threshold:

@@ -15,9 +15,10 @@ on the error the user sets), made deterministic:
   answer wrongly, bounded above with 95 % confidence (Wilson, on the effective number of
   labels); the *learned threshold* is the lowest ``t`` whose bound stays under ``error_bound``
   once the pool has ``MIN_LABELS`` labels there, from ``MIN_ANSWERS`` different answers;
-- an entry's own labels move its threshold: above the best score at which a question got
-  another answer than it holds, or down to the lowest of ``MIN_ENTRY_LABELS`` questions that got
-  its very answer (and none another) — never below ``floor``;
+- an entry's own labels (in its pool) only ever raise its threshold: above the best score at
+  which a question got another answer than it holds.  A few questions that got its answer
+  bound nothing about the next one (three paraphrases of "the maximum dose of ibuprofen" say
+  nothing of "its side effects" at the same score), so they never lower it;
 - without such evidence the decision is the calibrated threshold: the worst case is today's.
 
 The guards stay vetoes: only candidates they accept come here.  A label never comes from an
@@ -64,7 +65,6 @@ Judge = Callable[[str, str, str, str], bool]
 
 MIN_LABELS = 30  # effective labels at or above a learned threshold
 MIN_ANSWERS = 10  # different answers among its positive labels
-MIN_ENTRY_LABELS = 3  # positive labels of one entry (and no negative) that lower its threshold
 ANSWER_WEIGHT = 10.0  # the positive labels of one answer weigh this much in all, at most
 MAX_WRONG = 0.25  # the candidates a learned threshold adds are right 3 times in 4 at least
 CLOSE_ANSWERS = 0.97  # cosine of two answers' embeddings that may count as the same
@@ -136,33 +136,36 @@ def decode_lookups(data: bytes) -> tuple[str, int, Counter[int]] | None:
     return pool, lookups, Counter({k: v for k, v in hits.items() if k <= 100})
 
 
-def encode_alias(pool: str, faq_id: int, question: str) -> bytes:
+def encode_alias(pool: str, faq_id: int, question: str, answer: str) -> bytes:
     """A log record: the LLM answered ``question`` (asked in ``pool``) with the curated answer
-    of ``faq_id``: the question is a verified paraphrase of that entry, for that pool."""
-    return bytes(msgpack.packb([3, pool, faq_id, question]))
+    of ``faq_id`` (``answer``: its digest): the question is a verified paraphrase of that
+    entry, for that pool, as long as the entry holds that answer."""
+    return bytes(msgpack.packb([4, pool, faq_id, question, answer]))
 
 
-def decode_alias(data: bytes) -> tuple[str, int, str] | None:
+def decode_alias(data: bytes) -> tuple[str, int, str, str] | None:
     try:
         fields = msgpack.unpackb(data, raw=False)
     except Exception:
         return None
-    if isinstance(fields, list) and len(fields) == 4 and fields[0] == 3:
-        _, pool, faq_id, question = fields
-        typed = isinstance(pool, str) and isinstance(question, str)
-        number = isinstance(faq_id, int) and not isinstance(faq_id, bool)
+    if isinstance(fields, list) and len(fields) == 5 and fields[0] == 4:
+        _, pool, faq_id, question, answer = fields
+        typed = all(isinstance(x, str) for x in (pool, question, answer))
+        number = isinstance(faq_id, int) and not isinstance(faq_id, bool) and 0 < faq_id < 2**63
         if typed and number and 0 < len(question) <= 2000:
-            return pool, faq_id, question
+            return pool, faq_id, question, answer
     return None
 
 
 class Alias(NamedTuple):
     """A question the LLM answered with a curated answer: asked again (or asked alike), the
-    FAQ serves that answer to its pool."""
+    FAQ serves that answer to its pool while entry ``faq_id`` still holds it (``answer``: its
+    digest; an FAQ imported anew may give the id to another entry)."""
 
     faq_id: int
     question: str
     vector: np.ndarray
+    answer: str
 
 
 class Pending(NamedTuple):
@@ -180,25 +183,23 @@ class Pending(NamedTuple):
     curated: tuple[tuple[int, str], ...] = ()  # FAQ entries (id, answer) near the question
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One entry's labels, newest last."""
-
-    labels: deque[Label]
-
-
 class Evidence:
     """The labels of one namespace, as one process knows them: by pool and by entry, bounded
-    (the oldest go first); learned thresholds computed from them, at most once a second."""
+    (the oldest labels go first, and the pools least recently labelled once there are more than
+    ``pools``: one per tenant and language); learned thresholds computed from them, at most once
+    a second."""
 
-    def __init__(self, *, per_pool: int = 20_000, entries: int = 50_000) -> None:
+    def __init__(
+        self, *, per_pool: int = 20_000, entries: int = 20_000, pools: int = 1_000
+    ) -> None:
         self._per_pool = per_pool
         self._max_entries = entries
-        self._pools: dict[str, deque[Label]] = {}
+        self.max_pools = pools
+        self._pools: OrderedDict[str, deque[Label]] = OrderedDict()
         self._lookups: Counter[str] = Counter()  # lookups that reached a decision, all time
         self._hits: dict[str, Counter[int]] = {}  # of those, served by a threshold, by score
         self._labelled: Counter[str] = Counter()  # labels, all time
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._entries: OrderedDict[str, list[Label]] = OrderedDict()  # the newest 16 of each
         self._aliases: dict[str, OrderedDict[str, Alias]] = {}
         self._learned: dict[tuple[str, float, float, float], tuple[float, float | None]] = {}
         self._lock = threading.Lock()
@@ -206,19 +207,38 @@ class Evidence:
     def add(self, labels: Iterable[Label]) -> None:
         with self._lock:
             for label in labels:
-                pool = self._pools.setdefault(label.pool, deque(maxlen=self._per_pool))
-                pool.append(label)
+                self._pool(label.pool).append(label)
                 self._labelled[label.pool] += 1
-                entry = self._entries.get(label.point)
+                key = _entry_key(label.pool, label.point)
+                entry = self._entries.get(key)
                 if entry is None:
-                    entry = self._entries[label.point] = _Entry(deque(maxlen=16))
+                    entry = self._entries[key] = []
                     while len(self._entries) > self._max_entries:
                         self._entries.popitem(last=False)
-                self._entries.move_to_end(label.point)
-                entry.labels.append(label)
+                self._entries.move_to_end(key)
+                entry.append(label)
+                del entry[:-16]
+
+    def _pool(self, pool: str) -> deque[Label]:
+        """The labels of ``pool``, made the most recent (the least recent one is forgotten,
+        counts and all, past ``pools``).  Call with the lock held."""
+        labels = self._pools.get(pool)
+        if labels is None:
+            labels = self._pools[pool] = deque(maxlen=self._per_pool)
+            while len(self._pools) > self.max_pools:
+                gone, _ = self._pools.popitem(last=False)
+                self._lookups.pop(gone, None)
+                self._hits.pop(gone, None)
+                self._labelled.pop(gone, None)
+                self._aliases.pop(gone, None)
+                for key in [k for k in self._learned if k[0] == gone]:
+                    del self._learned[key]
+        self._pools.move_to_end(pool)
+        return labels
 
     def looked(self, pool: str, lookups: int, hits: Counter[int]) -> None:
         with self._lock:
+            self._pool(pool)  # (bounded: the least recent pool goes, counts and all)
             self._lookups[pool] += lookups
             self._hits.setdefault(pool, Counter()).update(hits)
 
@@ -233,6 +253,7 @@ class Evidence:
 
     def add_alias(self, pool: str, alias: Alias) -> None:
         with self._lock:
+            self._pool(pool)
             aliases = self._aliases.setdefault(pool, OrderedDict())
             aliases[alias.question] = alias
             aliases.move_to_end(alias.question)
@@ -261,10 +282,10 @@ class Evidence:
         with self._lock:
             return list(self._pools)
 
-    def of_entry(self, point: str) -> list[Label]:
+    def of_entry(self, pool: str, point: str) -> list[Label]:
+        """The labels of the entry ``point`` made in ``pool`` (never another tenant's)."""
         with self._lock:
-            entry = self._entries.get(point)
-            return list(entry.labels) if entry is not None else []
+            return list(self._entries.get(_entry_key(pool, point), ()))
 
     def threshold(self, pool: str, error_bound: float, floor: float, static: float) -> float | None:
         """The pool's learned threshold (``None``: not enough evidence), recomputed from its
@@ -272,6 +293,8 @@ class Evidence:
         now = time.monotonic()
         key = (pool, error_bound, floor, static)
         with self._lock:
+            if pool not in self._pools:
+                return None  # no labels (most tenants): nothing to remember either
             cached = self._learned.get(key)
         if cached is not None and now - cached[0] < 1.0:
             return cached[1]
@@ -357,18 +380,15 @@ def _wilson_upper(p: float, n: float) -> float:
     return min(1.0, (centre + spread) / (1 + _Z * _Z / n))
 
 
-def entry_threshold(labels: Sequence[Label], version: float, base: float, floor: float) -> float:
-    """``base`` moved by the entry's own labels on its current ``version``: above the best
-    score of a question that got another answer; down to the lowest score of
-    ``MIN_ENTRY_LABELS`` or more that got its answer (and none another)."""
-    mine = [x for x in labels if x.version == version]
-    wrong = [x.score for x in mine if not x.same]
-    if wrong:
-        return max(base, max(wrong) + 0.005)
-    right = [x.score for x in mine if x.same]
-    if len(right) >= MIN_ENTRY_LABELS:
-        return max(floor, min(base, min(right)))
-    return base
+def entry_threshold(labels: Sequence[Label], version: float, base: float) -> float:
+    """``base`` raised by the entry's own labels on its current ``version``: above the best
+    score of a question that got another answer.  Never lowered (see the module)."""
+    wrong = [x.score for x in labels if x.version == version and not x.same]
+    return max(base, max(wrong) + 0.005) if wrong else base
+
+
+def _entry_key(pool: str, point: str) -> str:
+    return f"{pool}\x1f{point}"
 
 
 # comparing two answers -------------------------------------------------------------------------
@@ -443,8 +463,9 @@ class Learning:
         self.evidence = Evidence()
         self.rng = rng or random.Random()
         self._pending: OrderedDict[str, list[Pending]] = OrderedDict()
-        self._learned: dict[str, float | None] = {}  # the last learned threshold, by pool
+        self._learned: OrderedDict[str, float] = OrderedDict()  # learned thresholds, by pool
         self._pending_lock = threading.Lock()
+        self._counts_lock = threading.Lock()
         self._queue: queue.Queue[tuple[Pending, str, str] | None] = queue.Queue(maxsize=10_000)
         self._cursor = ""
         self._looked: Counter[str] = Counter()  # lookups not yet logged, by pool
@@ -459,27 +480,29 @@ class Learning:
         """The pool's threshold: learned when the evidence allows, else ``static``."""
         bound = self.error_bound if error_bound is None else error_bound
         learned = self.evidence.threshold(pool, bound, self.floor, static)
-        self._learned[pool] = learned
-        return static if learned is None else learned
+        with self._counts_lock:  # (for stats(); as many as the evidence has pools)
+            if learned is None:
+                self._learned.pop(pool, None)
+                return static
+            self._learned[pool] = learned
+            self._learned.move_to_end(pool)
+            while len(self._learned) > self.evidence.max_pools:
+                self._learned.popitem(last=False)
+        return learned
 
-    def lowest(self, point: str, threshold: float) -> float:
-        """The lowest threshold the entry ``point`` can have, whatever its version (a score
-        under it is refused without reading the entry)."""
-        labels = self.evidence.of_entry(point)
-        if sum(x.same for x in labels) < MIN_ENTRY_LABELS:
-            return threshold
-        return max(self.floor, min([threshold, *(x.score for x in labels if x.same)]))
-
-    def entry_threshold(self, point: str, version: float, threshold: float) -> float:
-        return entry_threshold(self.evidence.of_entry(point), version, threshold, self.floor)
+    def entry_threshold(self, pool: str, point: str, version: float, threshold: float) -> float:
+        """``threshold``, raised by what the entry ``point`` was taught in ``pool``."""
+        return entry_threshold(self.evidence.of_entry(pool, point), version, threshold)
 
     def looked(self, pool: str) -> None:
         """One lookup of ``pool`` reached a decision (logged in batches)."""
-        self._looked[pool] += 1
+        with self._counts_lock:
+            self._looked[pool] += 1
 
     def served(self, pool: str, score: float) -> None:
         """One of them was served by a threshold (the calibrated or a learned one)."""
-        self._hits.setdefault(pool, Counter())[int(score * 100)] += 1
+        with self._counts_lock:
+            self._hits.setdefault(pool, Counter())[int(score * 100)] += 1
 
     def explores(self, rate: float | None = None) -> bool:
         """Whether to skip serving this hit and let the LLM answer (and label it)."""
@@ -522,7 +545,7 @@ class Learning:
             if same_answer(curated, answer) or (
                 self.judge is not None and self.judge(pending.question, curated, question, answer)
             ):
-                self._log([encode_alias(pending.pool, faq_id, question)])
+                self._log([encode_alias(pending.pool, faq_id, question, answer_digest(curated))])
                 self.metrics.incr("faq", "aliases")
                 break
         if not pending.point:
@@ -551,18 +574,20 @@ class Learning:
 
     def _read(self, records: Iterable[bytes]) -> int:
         """Apply log records: labels, lookup counts, aliases."""
-        labels = []
+        labels, counts = [], []
         for data in records:
             label = Label.decode(data)
             if label is not None:
                 labels.append(label)
             elif (lookups := decode_lookups(data)) is not None:
-                self.evidence.looked(*lookups)
+                counts.append(lookups)
             elif (alias := decode_alias(data)) is not None and self.embed is not None:
-                pool, faq_id, text = alias
+                pool, faq_id, text, answer = alias
                 vector = self.embed([canonical(folded(text))])[0]
-                self.evidence.add_alias(pool, Alias(faq_id, text, vector))
+                self.evidence.add_alias(pool, Alias(faq_id, text, vector, answer))
         self.evidence.add(labels)
+        for pool, looked, hits in counts:
+            self.evidence.looked(pool, looked, hits)
         return len(labels)
 
     def alias(self, pool: str, question: str, threshold: float) -> tuple[Alias, float] | None:
@@ -594,8 +619,9 @@ class Learning:
     def sync(self) -> int:
         """Log this process's lookup counts; read what every process logged since the last
         read (labels and counts)."""
-        looked, self._looked = self._looked, Counter()
-        hits, self._hits = self._hits, {}
+        with self._counts_lock:
+            looked, self._looked = self._looked, Counter()
+            hits, self._hits = self._hits, {}
         counts = [(pool, n, hits.get(pool, Counter())) for pool, n in looked.items()]
         if counts:
             self._log([encode_lookups(*c) for c in counts])
@@ -624,10 +650,13 @@ class Learning:
         self.evidence.reset()
         with self._pending_lock:
             self._pending.clear()
+        with self._counts_lock:
+            self._learned.clear()
 
     def stats(self) -> dict[str, Any]:
         pools = self.evidence.pools()
-        learned = {pool[:8]: self._learned.get(pool) for pool in pools[:20]}
+        with self._counts_lock:
+            learned = {pool[:8]: self._learned.get(pool) for pool in pools[:20]}
         return {
             "error_bound": self.error_bound,
             "explore": self.explore_rate,
@@ -654,6 +683,7 @@ class Learning:
 
     def _after_fork(self) -> None:
         self._pending_lock = threading.Lock()
+        self._counts_lock = threading.Lock()
         self._queue = queue.Queue(maxsize=10_000)
         self._stop = threading.Event()
         self._start()

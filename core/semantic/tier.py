@@ -217,12 +217,12 @@ class SemanticTier:
                 continue
             pending = Pending(pool, candidate.id, str(candidate.payload.get("ref", "")),
                               candidate.score, cached, question, 1.0, time.monotonic())  # fmt: skip
-            if candidate.score < learning.lowest(candidate.id, threshold):
+            if candidate.score < threshold:
                 decision.rejected[candidate.id] = "threshold"
             elif (entry := self._resolve(candidate, resolve, decision)) is None:
                 continue
             elif candidate.score < learning.entry_threshold(
-                candidate.id, entry.watermark, threshold
+                pool, candidate.id, entry.watermark, threshold
             ):
                 decision.rejected[candidate.id] = "entry_threshold"
             elif learning.explores():  # not served: the LLM answers, and labels it

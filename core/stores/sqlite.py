@@ -320,11 +320,11 @@ class SQLiteStore:
                 "INSERT OR IGNORE INTO label_logs (namespace, log) VALUES (?, ?)",
                 (namespace, secrets.token_hex(8)),
             )
-            cur = db.executemany(
+            db.executemany(
                 "INSERT INTO labels (namespace, data) VALUES (?, ?)",
                 [(namespace, data) for data in labels],
-            )
-            last = cur.lastrowid or 0
+            )  # (its cursor's lastrowid is None after executemany: read the last seq)
+            last = db.execute("SELECT max(seq) FROM labels").fetchone()[0] or 0
             if last % 1000 < len(labels):  # now and then: keep the newest only
                 db.execute(
                     "DELETE FROM labels WHERE namespace = ? AND seq <= ?",
