@@ -72,6 +72,10 @@ ONE_QUESTION = [
     ("dont cancel it", "don't cancel it"),
     ("vpn是什么意思？", "VPN是什么意思？"),  # a name in a question about words
     ("How do I set up a Roku TV?", "How do I setup a Roku TV?"),
+    (
+        "Visa and Mastercard，and which has lower fees？",
+        "Visa and Mastercard, and which has lower fees?",
+    ),
 ]
 ANOTHER_QUESTION = [
     ("Please Polish this sentence", "Please polish this sentence"),

@@ -165,6 +165,9 @@ def space_beside_han(before: str, after: str) -> bool:
 _SPACES = re.compile(r"[ \t]+")
 _FINAL_SPACE = re.compile(r"\s+(?=[?!？！.。]+$)")
 _COMMA_SPACE = re.compile(r"(?<=\w) +(?=[,，](?:\s|$))")
+# full-width punctuation carries its own space: between Latin words it folds to its ASCII
+# form and a space
+_WIDE_PUNCT_SPACE = re.compile(r"(?<=[A-Za-z0-9])([，；：？！])(?=[A-Za-z0-9])")
 
 
 def folded(text: str) -> str:
@@ -196,6 +199,7 @@ def _fold_prose(text: str) -> str:
 
 def _fold_plain(text: str, *, apostrophes: bool = True, width: bool = True) -> str:
     if width and not CODE_LINE.search(text):
+        text = _WIDE_PUNCT_SPACE.sub(r"\1 ", text)  # "Mastercard，and" is "Mastercard, and"
         text = "".join(fold_token(t) for t in re.split(r"(\s+)", text))
     if apostrophes:
         text = restore_apostrophes(text)

@@ -14,7 +14,7 @@ import logging
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -108,14 +108,14 @@ def analyze(question: str, typed: str | None = None) -> Analysis:
 
 
 def use_entity_recognizer(mode: entities.Mode) -> None:
-    """Find English names with "spacy", "rules" only, or "auto" (spaCy when installed)."""
+    """Find English names with the rules ("auto", the default) or with spaCy on top."""
     entities.use(mode)
     analyze.cache_clear()
 
 
 def warm_up() -> None:
-    """Load the models and word lists the guards use (jieba's tagger, spaCy if installed,
-    the spelling word counts) now rather than on the first lookup, which would wait for them.
+    """Load the models and word lists the guards use (jieba's tagger, the English word lists,
+    spaCy when asked for) now rather than on the first lookup, which would wait for them.
     Raises ``Exiting`` between steps once the interpreter exits."""
     checkpoint()
     analyze("Warm up the guards before the first lookup?")
@@ -123,6 +123,8 @@ def warm_up() -> None:
     analyze("先加载分词词典")
     checkpoint()
     is_lower_case_word("warm")
+    checkpoint()
+    _antonym_stems()
     checkpoint()
     unify("how do i log in", "How do I login?")
 
@@ -136,7 +138,9 @@ def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
     names: set[str] = set()
     for word in _WORD.findall(text):
         if zh and _CJK.match(word):
-            for token in _tagger().lcut(word):
+            # (jieba's tagger finds new words with an HMM whose cost grows fast with the run:
+            # 40 s for 2,000 rare characters; a long run is cut by the dictionary alone)
+            for token in _tagger().lcut(word, HMM=len(word) <= _HMM_MAX_RUN):
                 words.append(token.word)
                 if token.flag in _NAME_TAGS and len(token.word) > 1:
                     names.add(token.word)
@@ -148,6 +152,7 @@ def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
 _CONTRACTED_STEMS = {"ca": "can", "wo": "will", "sha": "shall"}
 _CONTRACTED = re.compile(r"\b(ca|wo|sha)n[’']t\b")
 _NAME_TAGS = frozenset(("nr", "ns", "nt", "nz", "nrt", "nrfg"))
+_HMM_MAX_RUN = 64
 
 
 @lru_cache(maxsize=1)
@@ -242,7 +247,7 @@ def negation(a: Analysis, b: Analysis) -> str | None:
 def antonym(a: Analysis, b: Analysis) -> str | None:
     """ "enable" vs "disable", "注册" vs "注销": one holds a word, the other its opposite."""
     words_a, words_b = _stems(a), _stems(b)
-    for x, y in _ANTONYM_STEMS:
+    for x, y in _antonym_stems():
         if _opposite(x in words_a, y in words_a, x in words_b, y in words_b):
             return "antonym"
     if a.zh or b.zh:
@@ -307,7 +312,11 @@ def _stems(a: Analysis) -> frozenset[str]:
 
 
 _VOWEL = re.compile("[aeiouy]")
-_ANTONYM_STEMS = [(_stem(x), _stem(y)) for x, y in ANTONYMS_EN]
+
+
+@lru_cache(maxsize=1)
+def _antonym_stems() -> list[tuple[str, str]]:  # (stemming reads the word lists: on first use)
+    return [(_stem(x), _stem(y)) for x, y in ANTONYMS_EN]
 
 
 def number(a: Analysis, b: Analysis) -> str | None:
@@ -377,16 +386,25 @@ def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
     differently from the other ("转账到微信" → 到微 / 信).  The words are both sides' content
     words and the particles that tie two of them (的, 到, 给, 把 …: "妈妈的哥哥" is not "哥哥的
     妈妈"), each counted only where it occurs exactly once in each text."""
+    if len(a.text) + len(b.text) > 4000:
+        return []  # (bounded time: the tier never compares questions this long)
     words = {t for t in (*a.tokens, *b.tokens) if _CJK.match(t) or t.isalnum()}
     words = {w for w in words if w not in STOPWORDS_ZH or w in _TIES_ZH}
     spots = []
     for word in words:
         if a.text.count(word) == 1 and b.text.count(word) == 1:
             spots.append((a.text.index(word), b.text.index(word), word))
-    spots = [s for s in spots if not any(w != s[2] and s[2] in w for *_, w in spots)]
+    inside = {part for *_, w in spots for part in _parts(w)}  # 微 of 微信 is no word here
+    spots = [s for s in spots if s[2] not in inside]
     in_b = sorted(range(len(spots)), key=lambda i: spots[i][1])
     rank = {i: r for r, i in enumerate(in_b)}
     return [rank[i] for i in sorted(range(len(spots)), key=lambda i: spots[i][0])]
+
+
+def _parts(word: str) -> Iterator[str]:
+    """Every shorter piece of ``word``."""
+    n = len(word)
+    return (word[i:j] for i in range(n) for j in range(i + 1, n + 1) if j - i < n)
 
 
 def _ties_swapped(a: Analysis, b: Analysis) -> bool:
@@ -567,7 +585,7 @@ def apostrophe(a: Analysis, b: Analysis) -> str | None:
 
 
 _LATIN = re.compile(r"[a-z]+")
-_APOSTROPHED = re.compile(r"[a-z]+(?:['’][a-z]+)+")
+_APOSTROPHED = re.compile(r"\b[a-z]+(?:['’][a-z]+)+")
 _READ_AS_NEGATION = frozenset(("cant", "wont"))
 
 
