@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--embedder", default="use-m")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument(
-        "--entities", default="auto", help="English names: auto (spaCy if installed), rules"
+        "--entities", default="auto", help="English names: auto (the rules), spacy, rules"
     )
     parser.add_argument("--baselines", default="0.8,0.9", help="'' for none")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")

@@ -7,6 +7,7 @@ update: the answer is written to the exact tier, and its question indexed by the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -25,14 +26,15 @@ from typing import Any
 import msgpack
 
 from .exact.tier import ExactHit, ExactTier, StoreUnavailable
+from .exact.upkeep import Upkeep
 from .exact.versions import Stamp
 from .faq.store import FaqEntry, FaqStore, question_key
 from .key.entry import CacheEntry
 from .key.question import locate
-from .key.request import CacheRequest, Turn, memo_bytes
+from .key.request import CacheRequest, Turn, decode_request, encode_request, memo_bytes
 from .ops.breaker import CircuitBreaker
 from .ops.metrics import Metrics
-from .runtime.exit import Exiting, checkpoint, exiting, on_exit
+from .runtime.exit import Exiting, checkpoint, exiting, native, on_exit
 from .runtime.forks import inherited, on_fork
 from .runtime.home import data_dir
 from .semantic.audit import AuditLog
@@ -41,7 +43,7 @@ from .semantic.guards.checks import is_cacheable
 from .semantic.learning import Learning, Pending, answer_digest, pool_of
 from .semantic.tier import SemanticHit, SemanticTier
 from .settings import Exact, Faq, Semantic, from_legacy
-from .stores.base import L2Store, LabelLog, PointLog
+from .stores.base import L2Store, LabelLog, PointLog, WriteJournal
 
 __all__ = ["Cache", "Hit"]
 
@@ -842,6 +844,7 @@ class _Warming:
         self._faq_checked_at = 0.0
         self.took_s: float | None = None  # how long the last warm-up took
         self._thread: threading.Thread | None = None
+        self._journal_upkeep = Upkeep(self, 5.0, "tricache-journal")
 
     def start(self) -> None:
         """Warm up in a daemon thread (again after a fork, or when something stayed closed)."""
@@ -861,11 +864,15 @@ class _Warming:
         try:
             tier = cache.semantic  # the embedder, the vector index, the guards' word lists
             if cache._faq_options is not None:
-                checkpoint()
-                cache.faq  # noqa: B018  (opens the FAQ when its file exists)
+                with native():
+                    cache.faq  # noqa: B018  (opens the FAQ when its file exists)
             while tier is not None and self._deferred:
-                checkpoint()
-                cache._semantic_add(*self._deferred.popleft())
+                with native():  # (refused once the exit began: it journals what is left)
+                    for request, entry in self._take_deferred(1):
+                        cache._semantic_add(request, entry)
+            if tier is not None:  # and what processes that ended before opening it left
+                self._finish_journal(cache)
+                self._journal_upkeep.start()
         except Exception as exc:  # the tiers stay closed; the exact tier works on
             if not exiting():  # (stopped at a checkpoint, or an import refused at exit)
                 log.warning("tricache: warm-up failed: %s", exc)
@@ -910,12 +917,55 @@ class _Warming:
             self._not_ready(cache, "semantic")
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Drop what waits to be indexed and wait for a warm-up under way (at exit, it stops
-        at its next checkpoint)."""
-        self._deferred.clear()
+        """Leave what waits to be indexed to the next process (the store's journal) and wait
+        for a warm-up under way (at exit, it stops at its next checkpoint)."""
+        self._journal_upkeep.stop()
+        waiting = self._take_deferred(len(self._deferred))
+        store = self._journal()
+        if waiting and store is not None:
+            try:
+                store.journal(waiting[0][0].namespace, [encode_request(r) for r, _ in waiting])
+            except Exception as exc:  # a store down: those questions go unindexed
+                log.warning("tricache: %d answers left unindexed (%s)", len(waiting), exc)
         thread = self._thread  # (none in a forked child: the parent's is not copied)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        if thread is not None and thread is not threading.current_thread() and not exiting():
+            thread.join(timeout)  # (at exit: only a native step under way is waited for)
+
+    def _take_deferred(self, n: int) -> list[tuple[CacheRequest, CacheEntry]]:
+        """Up to ``n`` answers waiting to be indexed (the warm-up and ``stop`` both take)."""
+        taken: list[tuple[CacheRequest, CacheEntry]] = []
+        with contextlib.suppress(IndexError):
+            while len(taken) < n:
+                taken.append(self._deferred.popleft())
+        return taken
+
+    def upkeep(self) -> None:
+        """Now and then: index what other processes left in the journal."""
+        cache = self._cache()
+        if cache is not None and cache._semantic is not None:
+            with contextlib.suppress(Exiting):
+                self._finish_journal(cache)
+
+    def _journal(self) -> WriteJournal | None:
+        cache = self._cache()
+        store = cache.exact.store if cache is not None else None
+        return store if isinstance(store, WriteJournal) else None
+
+    def _finish_journal(self, cache: Cache) -> None:
+        """Index the answers that processes stored and could not index before they ended
+        (each as its entry stands now: one gone since is skipped)."""
+        store = self._journal()
+        while store is not None:
+            with native():  # (an exit leaves the rest in the journal)
+                records = store.take_journal(cache.namespace, 100)
+                for request in filter(None, map(decode_request, records)):
+                    if request.namespace != cache.namespace:
+                        continue
+                    entry = cache.exact.current(request)
+                    if entry is not None and not entry.negative:
+                        cache._semantic_add(request, entry)
+            if len(records) < 100:
+                return
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()
@@ -927,33 +977,37 @@ class _Unavailable(Exception):
     """The semantic tier could not be opened now (a server down); it may work later."""
 
 
+def _open_index(options: dict[str, Any], embedder: Any) -> Any:
+    """The semantic tier's vector index: a Qdrant server's collection, or this process's
+    replica of the points the L2 store holds."""
+    from .semantic.index.replica import ReplicatedIndex
+    from .semantic.index.vectors import QdrantServerIndex
+
+    if options["qdrant_url"] or options["qdrant_client"]:
+        collection = "tricache_" + "".join(c if c.isalnum() else "_" for c in embedder.name)
+        return QdrantServerIndex(
+            url=options["qdrant_url"],
+            client=options["qdrant_client"],
+            collection=collection,
+            dim=embedder.dim,
+        )
+    store = options["store"] if isinstance(options["store"], PointLog) else None
+    base = Path(options["vector_path"] or data_dir() / "vectors") / embedder.name
+    return ReplicatedIndex(
+        store, options["namespace"], embedder.dim, base / _replica_name(store, options["namespace"])
+    )
+
+
 def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:
     """The semantic tier, or ``None`` with one log line saying why it is off."""
     from .semantic.embed import get_embedder
-    from .semantic.index.replica import ReplicatedIndex
-    from .semantic.index.vectors import QdrantServerIndex
 
     try:
         checkpoint()
         embedder = get_embedder(options["embedder"])
         checkpoint()
-        if options["qdrant_url"] or options["qdrant_client"]:
-            collection = "tricache_" + "".join(c if c.isalnum() else "_" for c in embedder.name)
-            index: Any = QdrantServerIndex(
-                url=options["qdrant_url"],
-                client=options["qdrant_client"],
-                collection=collection,
-                dim=embedder.dim,
-            )
-        else:  # the store holds the points; this process searches its replica of them
-            store = options["store"] if isinstance(options["store"], PointLog) else None
-            base = Path(options["vector_path"] or data_dir() / "vectors") / embedder.name
-            index = ReplicatedIndex(
-                store,
-                options["namespace"],
-                embedder.dim,
-                base / _replica_name(store, options["namespace"]),
-            )
+        with native():  # the vector index (an exit waits for it)
+            index = _open_index(options, embedder)
         audit_dir = Path(options["vector_path"] or data_dir())
         audit = AuditLog(audit_dir / "audit.sqlite3") if options["audit"] else None
         learning = _learning(options, embedder, metrics)

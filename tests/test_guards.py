@@ -187,7 +187,7 @@ def test_odd_input_never_crashes_the_guards(text: str) -> None:
     assert reason is None or isinstance(reason, str)
 
 
-# English names: spaCy when installed (the dev install has it), rules otherwise -------------
+# English names: the rules by default, spaCy when asked for (the dev install has it) ------
 Switch = Callable[[str], None]
 
 
@@ -207,6 +207,12 @@ def test_spacy_finds_names_the_capitalization_rule_cannot_see(recognizer: Switch
     assert entities.recognizer() == "spacy"
     assert {"google", "berlin"} <= analyze(question).entities
     assert check(question, "Amazon is hiring engineers in Berlin?")[0] == "entity"
+
+
+def test_the_rules_are_the_default_and_spacy_is_asked_for(recognizer: Switch) -> None:
+    assert entities.recognizer() == "rules"  # no 2-3 s import when a cache starts
+    recognizer("spacy")
+    assert entities.recognizer() == "spacy"
 
 
 def test_the_rules_find_names_inside_a_sentence(recognizer: Switch) -> None:

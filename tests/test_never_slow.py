@@ -65,8 +65,8 @@ EXIT_SCRIPT = """
 import atexit, threading
 
 def no_warm_up_left():  # registered first, so it runs after tricache's own exit hook
-    alive = [t for t in threading.enumerate() if t.name == "tricache-warm-up" and t.is_alive()]
-    print("warm-up alive" if alive else "no warm-up", flush=True)
+    from tricache.runtime import exit
+    print("warm-up in native code" if exit._native_steps else "no warm-up", flush=True)
 
 atexit.register(no_warm_up_left)
 
@@ -95,7 +95,8 @@ def _run_cold(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
 def test_a_script_that_ends_during_the_warm_up_exits_cleanly(tmp_path: Path) -> None:
     """CPython stops daemon threads where they stand when it finalizes: a warm-up still in
     native code then (spaCy's BLAS) aborted a README example after it had printed its answer.
-    The exit now waits for the warm-up, which stops at its next step."""
+    The exit now waits for a native step under way (a step in Python code is simply stopped),
+    and the warm-up begins no other."""
     result = _run_cold(tmp_path, EXIT_SCRIPT.format(path=tmp_path / "c.sqlite3"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["exact", "no warm-up"], result.stdout
@@ -229,7 +230,8 @@ def test_children_forked_after_use_never_corrupt_the_parent(tmp_path: Path, back
     points = index.count()
     parent.close()
     with Cache(**options) as again:  # reopened from disk: every point is there, readable
-        assert again.semantic.index.count() == points  # type: ignore[union-attr]
+        # (and the children's answers stored during their own warm-ups, from the journal)
+        assert again.semantic.index.count() >= points  # type: ignore[union-attr]
 
 
 # a hung store, an event loop that must never block --------------------------------------------

@@ -190,6 +190,17 @@ class ExactTier:
             return None
         return self._from_l2(key, record)
 
+    def current(self, request: CacheRequest) -> CacheEntry | None:
+        """The entry stored for ``request`` now, its versions verified first (one poll when
+        needed), or ``None`` when it is gone or the store cannot tell: for background work."""
+        self.start_lookup()
+        if not self._ready(request.tags):
+            return None
+        try:
+            return self.fetch(self.key(request))
+        except StoreUnavailable:
+            return None
+
     def fetch(self, key: str) -> CacheEntry | None:
         """The current entry stored under ``key`` (L1, then L2), or ``None`` when it is known
         to be gone (expired, stale, corrupt); ``StoreUnavailable`` when that cannot be known

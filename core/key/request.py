@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
+import msgpack
+
 from ..runtime.memo import ENTRY_BYTES, Memo, text_size
 from .normalize import normalize
 
@@ -16,6 +18,8 @@ __all__ = [
     "Turn",
     "context_fingerprint",
     "context_token",
+    "decode_request",
+    "encode_request",
     "exact_key",
     "memo_bytes",
     "normalize_query",
@@ -109,6 +113,29 @@ def _tags(tags: Iterable[object]) -> tuple[str, ...]:
             raise TypeError(f"CacheRequest.tags items must be non-empty str, got {tag!r:.80}")
         out.add(tag)
     return tuple(sorted(out))
+
+
+def encode_request(request: CacheRequest) -> bytes:
+    """The request as MessagePack (to finish its write in another process)."""
+    history = [[t.role, t.content, t.meta] for t in request.history]
+    r = request
+    fields = [r.query, r.system, history, r.namespace, r.tenant, r.llm_key, r.category,
+              list(r.tags), r.query_meta]  # fmt: skip
+    return bytes(msgpack.packb([1, *fields], unicode_errors="surrogatepass"))
+
+
+def decode_request(data: bytes) -> CacheRequest | None:
+    """The request ``data`` holds, or ``None`` for anything else (a hostile or old value)."""
+    try:
+        fields = msgpack.unpackb(data, raw=False, unicode_errors="surrogatepass")
+        if not (isinstance(fields, list) and len(fields) == 10 and fields[0] == 1):
+            return None
+        query, system, history, namespace, tenant, llm_key, category, tags, meta = fields[1:]
+        turns = tuple(Turn(*t) for t in history)
+        return CacheRequest(query, system, turns, namespace, tenant, llm_key, category,
+                            tuple(tags), meta)  # fmt: skip
+    except Exception:  # wrong types raise in CacheRequest itself
+        return None
 
 
 def text_bytes(text: str) -> bytes:

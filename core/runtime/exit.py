@@ -2,27 +2,33 @@
 
 CPython stops daemon threads wherever they stand once it finalizes.  One inside native code at
 that moment (a model loading, spaCy's BLAS, an embedding) can then abort or crash a process
-whose script ended cleanly.  Long background work calls ``checkpoint()`` between its steps;
-objects that run such work register a hook that waits for it.  The hooks run when the main
-thread has ended, before Python joins its threads, runs its ``atexit`` handlers and finalizes.
+whose script ended cleanly; one running Python code is simply stopped.  Background work runs
+its native steps inside ``native()``, which the exit waits for (and refuses to begin once the
+exit has begun), and calls ``checkpoint()`` between its steps; objects that run such work
+register a hook.  The hooks run when the main thread has ended, before Python joins its
+threads, runs its ``atexit`` handlers and finalizes; then the exit waits for the native steps
+under way, and no longer.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-__all__ = ["Exiting", "checkpoint", "exiting", "on_exit"]
+__all__ = ["Exiting", "checkpoint", "exiting", "native", "on_exit"]
 
 log = logging.getLogger("tricache")
 
 _hooks: list[weakref.WeakMethod[Callable[[], None]]] = []
 _hooks_lock = threading.Lock()
 _exiting = threading.Event()
+_native = threading.Condition()
+_native_steps = 0  # native steps under way in background threads
 
 
 class Exiting(Exception):
@@ -40,6 +46,22 @@ def checkpoint() -> None:
         raise Exiting
 
 
+@contextlib.contextmanager
+def native() -> Iterator[None]:
+    """A background step in native code (a model or an index loading): the exit waits for it
+    to end, and it is refused (``Exiting``) once the exit has begun."""
+    global _native_steps
+    with _native:
+        checkpoint()
+        _native_steps += 1
+    try:
+        yield
+    finally:
+        with _native:
+            _native_steps -= 1
+            _native.notify_all()
+
+
 def on_exit(hook: Callable[[], None]) -> None:
     """Run the bound method ``hook`` at interpreter exit if its object still lives."""
     with _hooks_lock:
@@ -48,8 +70,9 @@ def on_exit(hook: Callable[[], None]) -> None:
 
 
 def _in_child() -> None:  # a lock held by a parent thread at the fork stays held in the child
-    global _hooks_lock
+    global _hooks_lock, _native, _native_steps
     _hooks_lock = threading.Lock()
+    _native, _native_steps = threading.Condition(), 0  # (the parent's threads are not here)
 
 
 def _run_hooks() -> None:
@@ -63,6 +86,8 @@ def _run_hooks() -> None:
             hook()
         except Exception as exc:  # the exit goes on
             log.debug("tricache: exit hook failed: %s", exc)
+    with _native:
+        _native.wait_for(lambda: _native_steps == 0, timeout=30.0)
 
 
 # Before the interpreter joins its threads and runs the ``atexit`` handlers, some of which tear

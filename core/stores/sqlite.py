@@ -58,6 +58,10 @@ CREATE TABLE IF NOT EXISTS labels (  -- what the semantic tier learns from, olde
 );
 CREATE INDEX IF NOT EXISTS labels_by_seq ON labels(namespace, seq);
 CREATE TABLE IF NOT EXISTS label_logs (namespace TEXT PRIMARY KEY, log TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS journal (  -- writes a process left for the next one to finish
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS journal_by_seq ON journal(namespace, seq);
 """
 
 
@@ -311,7 +315,33 @@ class SQLiteStore:
             )
             db.execute("DELETE FROM labels WHERE namespace = ?", (namespace,))
             db.execute("DELETE FROM label_logs WHERE namespace = ?", (namespace,))
+            db.execute("DELETE FROM journal WHERE namespace = ?", (namespace,))
         return cur.rowcount
+
+    # writes left unfinished (WriteJournal) --------------------------------------------------
+    def journal(self, namespace: str, records: Sequence[bytes]) -> None:
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            db.executemany(
+                "INSERT INTO journal (namespace, data) VALUES (?, ?)",
+                [(namespace, data) for data in records],
+            )
+            db.execute(
+                "DELETE FROM journal WHERE namespace = ? AND seq <= (SELECT max(seq) FROM"
+                " journal WHERE namespace = ?) - ?",
+                (namespace, namespace, _JOURNAL_LENGTH),
+            )
+
+    def take_journal(self, namespace: str, limit: int) -> list[bytes]:
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            rows = db.execute(
+                "SELECT seq, data FROM journal WHERE namespace = ? ORDER BY seq LIMIT ?",
+                (namespace, limit),
+            ).fetchall()
+            if rows:
+                db.execute(
+                    "DELETE FROM journal WHERE namespace = ? AND seq <= ?", (namespace, rows[-1][0])
+                )
+        return [bytes(data) for _, data in rows]
 
     # labels (LabelLog) ----------------------------------------------------------------------
     def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
@@ -485,6 +515,7 @@ TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader aw
 
 
 _LABELS = 5000  # labels per read
+_JOURNAL_LENGTH = 10_000  # unfinished writes kept per namespace
 
 
 def _point_log(db: sqlite3.Connection, namespace: str) -> tuple[str, int]:

@@ -1,14 +1,16 @@
 """Names in Latin script (people, places, organizations, products, codes) for the entity guard.
 
 Rules always run: codes, acronyms and CamelCase ("iPhone", "A380", "SKU-12", "AWS") and
-capitalized words inside a sentence ("Pro", "Java").  spaCy's English pipeline, when one is
-installed (the ``ner`` extra), adds the names rules cannot see: at a sentence start, in Title
-Case, or spread over words ("Google is …", "the United States").  Measured on the English
-pair sets (benchmarks/results/entities.md) it lowers false hits a little at a small cost in
-recall.  Chinese names come from jieba in ``guards``.
+capitalized words inside a sentence ("Pro", "Java").  spaCy's English pipeline (the ``ner``
+extra) can be asked for on top: it adds names the rules cannot see, at a sentence start or
+in Title Case ("Google is …").  On the query-like English sets it measures the same as the
+rules alone (qqp, mrpc); on PAWS-X's long Wikipedia sentences it refuses a few more
+look-alikes (false hits 0.6 % against 0.8 %); it costs 2-3 s of GIL-holding import when a
+cache starts and ~3 ms a new question (benchmarks/results/entities.md).  Chinese names come
+from jieba in ``guards``.
 
-Choose with ``guards.use_entity_recognizer("auto" | "spacy" | "rules")`` or the
-``TRICACHE_ENTITIES`` variable; "auto" (the default) takes spaCy when it loads.
+Choose with ``guards.use_entity_recognizer("rules" | "spacy")`` or the ``TRICACHE_ENTITIES``
+variable; "auto" (the default) is the rules.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # Questions are short; a long text gets the rules only (spaCy would take seconds on it).
 _SPACY_MAX_CHARS = 2000
 
-_mode: Mode = "rules" if os.environ.get("TRICACHE_ENTITIES", "").lower() == "rules" else "auto"
+_mode: Mode = os.environ.get("TRICACHE_ENTITIES", "").lower() or "auto"  # type: ignore[assignment]
+if _mode not in ("auto", "spacy", "rules"):
+    _mode = "auto"
 _lock = threading.Lock()
 
 
@@ -59,8 +63,8 @@ def use(mode: Mode) -> None:
 
 
 def recognizer() -> str:
-    """The recognizer in use for proper names: "spacy" or "rules"."""
-    return "spacy" if _mode != "rules" and _spacy() is not None else "rules"
+    """The recognizer in use for proper names: "spacy" (asked for and installed) or "rules"."""
+    return "spacy" if _mode == "spacy" and _spacy() is not None else "rules"
 
 
 def latin_entities(text: str) -> frozenset[str]:
