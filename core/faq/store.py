@@ -13,7 +13,9 @@ my comment?" for "How do I delete my account?") is as wrong as a cached one.
 from __future__ import annotations
 
 import csv
+import io
 import json
+import reprlib
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -120,7 +122,10 @@ class FaqStore:
 
     # writing -------------------------------------------------------------------------------
     def add(self, entries: Iterable[FaqEntry]) -> int:
-        """Insert entries (each with its paraphrases); returns how many."""
+        """Insert entries (each with its paraphrases); returns how many.  Raises ``ValueError``
+        naming the entries with an empty question or answer, and adds none of them."""
+        entries = list(entries)
+        _check_entries(entries)
         count = 0
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -390,27 +395,68 @@ def _embeddable(text: str) -> str:
     return canonical(folded(text)).encode("utf-8", "replace").decode("utf-8")
 
 
+def _check_entries(entries: Sequence[FaqEntry]) -> None:
+    """Refuse entries with an empty question or answer: name them (``entries[i]``)."""
+    faults = [
+        f"entries[{i}] ({reprlib.repr(entry.question)}): {fault}"
+        for i, entry in enumerate(entries)
+        if (fault := _entry_fault(entry.question, entry.answer))
+    ]
+    if faults:
+        raise ValueError(_faults("FAQ entries", faults, "nothing was added"))
+
+
+def _entry_fault(question: object, answer: object) -> str | None:
+    """What is wrong with a question/answer pair, or ``None``."""
+    if not isinstance(question, str) or not isinstance(answer, str):
+        return "needs a question and an answer"
+    empty = [name for name, text in (("question", question), ("answer", answer))
+             if not text.strip()]  # fmt: skip
+    return f"empty {' and '.join(empty)}" if empty else None
+
+
+def _faults(what: str, faults: list[str], outcome: str, shown: int = 5) -> str:
+    """One message for every faulty row (the first ``shown`` of them named)."""
+    more = f"; and {len(faults) - shown} more" if len(faults) > shown else ""
+    rows = "row" if len(faults) == 1 else "rows"
+    return f"{what}: {len(faults)} bad {rows}, {outcome}: {'; '.join(faults[:shown])}{more}"
+
+
+def read_text(path: str | Path) -> str:
+    """A text file's content (UTF-8, with or without a BOM); raises ``ValueError`` naming the
+    file and the line of the first byte that is not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{path}: not UTF-8 text (line {line}: byte 0x{data[exc.start]:02x}); save it as UTF-8"
+        ) from None
+
+
 def read_entries(path: str | Path) -> list[FaqEntry]:
     """CSV (header: question, answer[, paraphrases separated by '|', tags, lang]) or JSONL
-    (one object a line); raises ``ValueError`` naming what is wrong, and where."""
+    (one object a line); raises ``ValueError`` naming what is wrong, and where: a file with
+    any bad row (no question or answer, or an empty one) is refused whole."""
     path = Path(path)
     rows: list[tuple[int, Any]] = []
-    with path.open(encoding="utf-8", newline="") as f:
-        if path.suffix.lower() in (".jsonl", ".json"):
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append((n, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: line {n}: not JSON ({exc.msg})") from None
-        else:
-            reader = csv.DictReader(f, strict=True)
+    text = read_text(path)
+    if path.suffix.lower() in (".jsonl", ".json"):
+        for n, line in enumerate(io.StringIO(text, newline=""), 1):
+            if not line.strip():
+                continue
             try:
-                rows = [(reader.line_num, row) for row in reader]
-            except csv.Error as exc:
-                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
-    entries = []
+                rows.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {n}: not JSON ({exc.msg})") from None
+    else:
+        reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+        try:
+            rows = [(reader.line_num, row) for row in reader]
+        except csv.Error as exc:
+            raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    entries, faults = [], []
     for n, row in rows:
         if not isinstance(row, dict):
             raise ValueError(
@@ -420,12 +466,15 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
         question, answer = row.get("question"), row.get("answer")
         if answer is None and isinstance(row.get("answers"), list) and row["answers"]:
             answer = row["answers"][0]
-        if not isinstance(question, str) or not isinstance(answer, str):
-            raise ValueError(f"{path}: line {n}: needs a question and an answer")
+        if fault := _entry_fault(question, answer):
+            faults.append(f"line {n}: {fault}")
+            continue
         entries.append(
-            FaqEntry(question, answer, _list(row.get("paraphrases")), _list(row.get("tags")),
-                     row.get("lang") or None)
+            FaqEntry(str(question), str(answer), _list(row.get("paraphrases")),
+                     _list(row.get("tags")), row.get("lang") or None)
         )  # fmt: skip
+    if faults:
+        raise ValueError(_faults(str(path), faults, "nothing was imported"))
     return entries
 
 

@@ -34,10 +34,12 @@ def build_tiny_llama(
     vocab_size: int = 512,
     seed: int = 0,
 ) -> Path:
-    """Write a random Llama (``config.json``, weights) and its tokenizer to ``path``."""
+    """Write a random Llama (``config.json``, weights) and its tokenizer to ``path``, silently
+    (no progress bars, nothing on stdout)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
 
     path = Path(path)
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -47,6 +49,7 @@ def build_tiny_llama(
         vocab_size=vocab_size,
         special_tokens=["<unk>", "<s>", "</s>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # it prints blank lines to stdout when stdout is not a terminal
     )
     bpe.train_from_iterator(_CORPUS.split("\n") * 4, trainer)
     tokenizer = PreTrainedTokenizerFast(
@@ -67,6 +70,12 @@ def build_tiny_llama(
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()
-    model.save_pretrained(path)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards" for one shard
+    try:
+        model.save_pretrained(path)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(path)
     return path

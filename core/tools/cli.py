@@ -128,12 +128,16 @@ def _check_redis(url: str) -> None:
 
 
 def _check_writable(path: Path, option: str) -> None:
-    """Fail before the work, not after it, when an output file cannot be written."""
+    """Fail before the work, not after it, when an output file cannot be written; its folder
+    must exist (a typo in a path creates no folders)."""
     if path.is_dir():
         raise CliError("is a directory", f"{option} {path}")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "not a folder" if folder.exists() else "no such folder"
+        raise CliError(f"{what}: {folder} (create it first)", f"{option} {path}")
     existed = path.exists()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab"):
             pass
     except OSError as exc:
@@ -182,9 +186,9 @@ def demo(
         str | None, typer.Option(help="Qdrant server for the semantic tier.")
     ] = None,
     path: Path_ = None,
-    chart: Annotated[Path, typer.Option(help="Where to write the PNG chart.")] = Path(
-        "tricache-demo.png"
-    ),
+    chart: Annotated[
+        Path | None, typer.Option(help="Write a PNG chart of the results here.")
+    ] = None,
     seed: int = 7,
 ) -> None:
     """Run a mixed workload through LangChain and the cache; print what it saved and served."""
@@ -192,7 +196,8 @@ def demo(
 
     if not llm_latency >= 0:
         _fail(f"must be >= 0, got {llm_latency}", "--llm-latency")
-    _check_writable(chart, "--chart")
+    if chart is not None:
+        _check_writable(chart, "--chart")
 
     try:  # through LangChain when it is installed, else through the core API
         from langchain_tricache.demo import run_langchain_demo as runner
@@ -229,6 +234,9 @@ def demo(
         for worker in workers:
             worker.close()
     _print_demo(report, stats)
+    if chart is None:
+        console.print("(--chart demo.png writes these numbers as a PNG chart)")
+        return
     try:
         console.print(f"chart: {core_demo.write_chart(report, chart)}")
     except ImportError:
@@ -347,8 +355,10 @@ def calibrate(
     no_guards: Annotated[bool, typer.Option("--no-guards")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the curves here.")] = None,
     limit: Annotated[int | None, typer.Option()] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
-    """Precision, recall and hit rate per threshold; the lowest threshold that meets the target."""
+    """Precision, recall and hit rate per threshold; the lowest threshold that meets the target
+    (with a warning when the pairs are too few to trust it: under 50, or under 10 of a label)."""
     from ..semantic.embed import get_embedder
     from .evaluate import calibrate as run_calibration
 
@@ -360,6 +370,15 @@ def calibrate(
     result = run_calibration(
         pairs, model, target_precision=target_precision, **({"guards": ()} if no_guards else {})
     )
+    title = f"{pairs_file.name} — {model.name}"
+    if as_json:
+        if plot is not None:
+            _plot_calibration(result, plot, title)
+        if result.warning:
+            typer.echo(f"tricache: warning: {result.warning}", err=True)
+        print(json.dumps({"pairs": len(pairs), "embedder": model.name, "guards": not no_guards}
+                         | result.as_json()))  # fmt: skip
+        return
     table = Table(
         title=f"calibrate: {pairs_file.name}, {model.name}, guards {'off' if no_guards else 'on'}"
     )
@@ -378,8 +397,10 @@ def calibrate(
         console.print(
             f"chosen threshold: [bold]{result.chosen:.2f}[/] (precision ≥ {target_precision})"
         )
+    if result.warning:
+        console.print(f"[bold yellow]warning: not reliable[/]: {result.warning}")
     if plot is not None:
-        _plot_calibration(result, plot, f"{pairs_file.name} — {model.name}")
+        _plot_calibration(result, plot, title)
         console.print(f"plot written to {plot}")
 
 
@@ -389,9 +410,7 @@ def _plot_calibration(result: Any, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     from .evaluate import plot_calibration
 
-    figure = plot_calibration(result, title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    plot_calibration(result, title).savefig(path, dpi=110)
 
 
 @app.command()
@@ -531,12 +550,19 @@ def kv_budget_command(
     """KV-cache memory of a model: per token, per request and for a concurrency level."""
     from ..kv import kv_budget, suggest_max_model_len
 
+    config_file = config / "config.json" if config.is_dir() else config
     try:
-        budget = kv_budget(config, tokens, concurrency=concurrency, block_size=block_size,
+        loaded = json.loads(_read_text(config_file))
+    except json.JSONDecodeError as exc:
+        raise CliError(f"not JSON ({exc.msg}, line {exc.lineno})", config_file) from None
+    if not isinstance(loaded, dict):
+        _fail("not a JSON object", config_file)
+    lengths = _read_lengths(prompt_lengths) if prompt_lengths is not None else None
+    try:
+        budget = kv_budget(loaded, tokens, concurrency=concurrency, block_size=block_size,
                            dtype=dtype)  # fmt: skip
         report: dict[str, Any] = budget.as_dict()
-        if prompt_lengths is not None:
-            lengths = [int(line) for line in prompt_lengths.read_text().split() if line.strip()]
+        if lengths is not None:
             report["suggested_max_model_len"] = suggest_max_model_len(
                 lengths, output_tokens=output_tokens, block_size=block_size
             )
@@ -550,6 +576,28 @@ def kv_budget_command(
         shown = f"{value:,}" + (f"  ({value / 2**30:.2f} GiB)" if name.endswith("bytes") else "")
         table.add_row(name.replace("_", " "), shown)
     console.print(table)
+
+
+def _read_text(path: Path) -> str:
+    """A UTF-8 file's text; an unreadable or undecodable file is an error naming it."""
+    from ..faq.store import read_text
+
+    try:
+        return read_text(path)
+    except OSError as exc:
+        raise CliError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def _read_lengths(path: Path) -> list[int]:
+    """Prompt lengths in tokens, whole numbers separated by white space (one a line)."""
+    lengths = []
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
+        for word in line.split():
+            try:
+                lengths.append(int(word))
+            except ValueError:
+                _fail(f"line {n}: not a whole number of tokens: {word[:40]!r}", path)
+    return lengths
 
 
 @app.command()

@@ -238,8 +238,7 @@ def write_chart(report: DemoReport, path: str | Path) -> Path:
     ax.set_ylabel("requests")
     ax.legend()
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(path)  # its folder must exist: a typo creates no folders
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

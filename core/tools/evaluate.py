@@ -8,6 +8,7 @@ A pair file is TSV or CSV with a header: ``q1``/``q2`` (or ``text1``/``text2``),
 from __future__ import annotations
 
 import csv
+import io
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..faq.store import read_text
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
 from ..semantic.tier import embedded_text
 from ..settings import Exact, Semantic
@@ -39,18 +41,17 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
     path = Path(path)
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    with path.open(encoding="utf-8", newline="") as f:
-        sample = f.readline()
-        f.seek(0)
-        delimiter = "\t" if "\t" in sample else ","
-        if delimiter == "\t":
-            reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)
-        else:
-            reader = csv.DictReader(f, strict=True)
-        try:
-            pairs = _read_rows(path, reader, limit)
-        except csv.Error as exc:
-            raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    f = io.StringIO(read_text(path), newline="")
+    sample = f.readline()
+    f.seek(0)
+    if "\t" in sample:
+        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True)
+    else:
+        reader = csv.DictReader(f, strict=True)
+    try:
+        pairs = _read_rows(path, reader, limit)
+    except csv.Error as exc:
+        raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
     if not pairs:
         raise ValueError(f"{path}: no pairs (only a header?)")
     return pairs
@@ -201,11 +202,40 @@ def similarities(pairs: Sequence[Pair], embedder: Any) -> np.ndarray:
     return np.asarray((a * b).sum(axis=1))
 
 
+# Fewer labelled pairs than this (or of either label) cannot support a threshold: with 10
+# look-alikes and none served, the false-hit rate can still be 26% (95% upper bound).
+MIN_PAIRS = 50
+MIN_PER_LABEL = 10
+
+
 @dataclass(slots=True)
 class Calibration:
     rows: list[dict[str, float]]  # threshold, precision, recall, hit_rate
     chosen: float | None  # lowest threshold meeting the target precision, if any
     target_precision: float
+    warning: str | None = None  # why ``chosen`` is not reliable (too few pairs), if it is not
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "chosen": self.chosen,
+            "target_precision": self.target_precision,
+            "reliable": self.warning is None,
+            "warning": self.warning,
+            "rows": self.rows,
+        }
+
+
+def too_few_pairs(pairs: Sequence[Pair]) -> str | None:
+    """Why ``pairs`` are too few to pick a threshold from, or ``None`` when they are enough."""
+    same = sum(p.label == 1 for p in pairs)
+    different = len(pairs) - same
+    if len(pairs) >= MIN_PAIRS and min(same, different) >= MIN_PER_LABEL:
+        return None
+    return (
+        f"only {len(pairs)} labelled pairs ({same} same, {different} different): too few to "
+        f"choose a threshold from; label at least {MIN_PAIRS}, with at least {MIN_PER_LABEL} of "
+        "each"
+    )
 
 
 def calibrate(
@@ -217,7 +247,8 @@ def calibrate(
     thresholds: Iterable[float] | None = None,
 ) -> Calibration:
     """Precision, recall and hit rate per threshold (guards applied, as in the tier), and the
-    lowest threshold whose precision meets ``target_precision``."""
+    lowest threshold whose precision meets ``target_precision`` (with a warning when the pairs
+    are too few to trust it: ``MIN_PAIRS``, ``MIN_PER_LABEL``)."""
     sims = similarities(pairs, embedder)
     passed = np.array([check(p.q1, p.q2, guards)[0] is None for p in pairs])
     labels = np.array([p.label for p in pairs])
@@ -243,7 +274,7 @@ def calibrate(
         )
         if chosen is None and n_hit and precision >= target_precision:
             chosen = float(threshold)
-    return Calibration(rows, chosen, target_precision)
+    return Calibration(rows, chosen, target_precision, too_few_pairs(pairs))
 
 
 def plot_calibration(result: Calibration, title: str = "") -> Any:
