@@ -16,6 +16,7 @@ from tricache.key.tenancy import current_tenant, tenant
 
 from .convert import (
     generations_from_payload,
+    hit_info,
     llm_key,
     model_name,
     parse_prompt,
@@ -34,10 +35,13 @@ class TriCache(BaseCache):
 
     The FAQ tier serves curated answers (``Cache.add_faq``) to a question no cached entry
     answers, after the semantic tier; it is off with ``faq=False``.  A hit carries its tier
-    under ``"tricache"`` (``{"tier", "level", "score", "entry_id"}``) in the message's
-    response metadata (chat models) or the generation info (plain LLMs), so a hit is not
-    ``==`` the generations stored; ``tag_hits=False`` returns exactly what was stored
-    (LangChain's cache contract, as its standard test suites check it).
+    under ``"tricache"`` (``{"tier", "level", "score", "entry_id"}``, and ``"matched"``, the
+    cached question a semantic or FAQ hit matched) in the message's response metadata (chat
+    models) or the generation info (plain LLMs); an answer without it came from the model.
+    So a hit is not ``==`` the generations stored; ``tag_hits=False`` returns exactly what was
+    stored (LangChain's cache contract, as its standard test suites check it).  Through a
+    chain that ends in a parser, :func:`langchain_tricache.tricache_tiers` reports the tiers.
+    ``stats()`` gives the cache's counters.
 
     ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=..., qdrant_url=...)``
     shares the tiers between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
@@ -97,6 +101,13 @@ class TriCache(BaseCache):
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.core.clear)
 
+    def stats(self) -> dict[str, Any]:
+        """The core cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
+        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
+        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
+        warm-up's duration.  Counted in this process, for every model using this cache."""
+        return self.core.stats()
+
     def close(self) -> None:
         """Close the core cache (its stores and threads)."""
         self.core.close()
@@ -138,7 +149,7 @@ class TriCache(BaseCache):
         """A hit as fresh LangChain generations tagged with the tier; ``None`` for a miss."""
         if hit is None:
             return None
-        info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+        info = hit_info(hit)
         if hit.tier == "faq":  # a curated answer: plain text, shaped for the caller
             if chat:
                 message = AIMessage(hit.text, response_metadata={"tricache": info})

@@ -5,13 +5,15 @@
 - request coalescing: concurrent identical misses make one call to the inner model, across
   threads, coroutines and processes (through the shared store's lock);
 - the FAQ fallback hook, tried after the cache tiers and before the model;
-- ``response_metadata["tricache"] = {"tier", "score", "entry_id"}`` on every answer;
+- ``response_metadata["tricache"]`` on every answer: ``{"tier", "level", "score", "entry_id"}``
+  (and ``"matched"``) on a hit, ``{"tier": "llm"}`` when the wrapped model answered;
 - ``bind_tools`` / ``with_structured_output``: tools are bound on the wrapped model and the
   result stays cached (the tools are in the key, so two tool sets never share answers).
 
 Tokens are streamed once, by this model: the wrapped model runs without the callback handlers
 that collect streams (``astream_events``, ``astream_log``, LangGraph's message stream), so a
-consumer does not see each token twice; tracers still see the wrapped model's run.
+consumer does not see each token twice; tracers still see the wrapped model's run, tagged
+``"tricache:inner"`` (:func:`langchain_tricache.tricache_tiers` counts this model's run only).
 
 The key holds the wrapped chat model's LangChain ``llm_string`` (model, settings, bound tools,
 stop …): ``inner`` may be a chat model, or one wrapped in ``.bind()``/``.bind_tools()``,
@@ -54,6 +56,7 @@ from tricache.key.conversation import stream_pieces
 
 from .cache import current_tenant, served
 from .convert import (
+    hit_info,
     llm_key,
     parse_messages,
     payload_from_generations,
@@ -67,6 +70,7 @@ log = logging.getLogger(__name__)
 
 FaqHook = Callable[[CacheRequest], "str | None"]
 _M = TypeVar("_M", AIMessage, AIMessageChunk)
+INNER_TAG = "tricache:inner"  # the wrapped model's runs: its answer is reported by this model
 
 
 class CachedChatModel(BaseChatModel):
@@ -88,6 +92,13 @@ class CachedChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "tricache"
+
+    def stats(self) -> dict[str, Any]:
+        """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
+        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
+        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
+        warm-up's duration.  Counted in this process, for everything using this cache."""
+        return self.tricache.stats()
 
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
@@ -224,7 +235,7 @@ class CachedChatModel(BaseChatModel):
 
     def _result(self, hit: Hit | None, request: CacheRequest) -> ChatResult | None:
         if hit is not None:
-            info = {"tier": hit.tier, "score": hit.score, "entry_id": hit.entry_id}
+            info = hit_info(hit)
             if hit.tier == "faq":  # a curated answer from the cache's FAQ
                 message = AIMessage(hit.text, response_metadata={"tricache": info})
                 return ChatResult(generations=[ChatGeneration(message=message)])
@@ -395,7 +406,7 @@ def _with_tools(
 def _inner_config() -> RunnableConfig:
     """The config for a call to the wrapped model: the callbacks in context (LangChain runs it
     beside this model's run), less the handlers that collect streamed tokens: they get every
-    token from this model already."""
+    token from this model already; its run is tagged as the wrapped model's."""
     callbacks: Any = ensure_config().get("callbacks")
     if isinstance(callbacks, BaseCallbackManager):
         callbacks = callbacks.copy()
@@ -404,7 +415,7 @@ def _inner_config() -> RunnableConfig:
                 callbacks.remove_handler(handler)
     elif isinstance(callbacks, list):
         callbacks = [h for h in callbacks if not _collects_stream(h)]
-    return {"callbacks": callbacks}
+    return {"callbacks": callbacks, "tags": [INNER_TAG]}
 
 
 def _collects_stream(handler: Any) -> bool:

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
@@ -26,8 +26,12 @@ from tricache.key.conversation import (
 )
 from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 
+if TYPE_CHECKING:
+    from tricache import Hit
+
 __all__ = [
     "generations_from_payload",
+    "hit_info",
     "llm_key",
     "model_name",
     "parse_memo_bytes",
@@ -149,6 +153,17 @@ def _text(content: Any) -> str:
 def llm_key(llm_string: str) -> str:
     """A digest of LangChain's llm_string (model, temperature, stop, tools, response format…)."""
     return hashlib.blake2b(llm_string.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def hit_info(hit: Hit) -> dict[str, Any]:
+    """What an answer says about the hit that served it, under ``"tricache"``: the tier
+    (``"exact"``, ``"semantic"`` or ``"faq"``), where inside it (``level``), the similarity
+    (``score``, ``None`` for an exact hit), the entry (``entry_id``, for ``Cache.feedback``)
+    and, for a semantic or FAQ hit, the cached question it matched (``matched``)."""
+    info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+    if hit.matched_question is not None:
+        info["matched"] = hit.matched_question
+    return info
 
 
 # generations ⇄ payload --------------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -33,6 +33,9 @@ from tricache.key.conversation import (
 )
 from tricache.key.request import context_token
 
+if TYPE_CHECKING:
+    from tricache import Hit
+
 __all__ = [
     "chat_from_payload",
     "chat_payload",
@@ -40,6 +43,7 @@ __all__ = [
     "completion_from_payload",
     "completion_payload",
     "condenses_a_follow_up",
+    "hit_info",
     "llm_key",
     "parse_chat",
     "role_of",
@@ -237,6 +241,17 @@ def _named(value: Any) -> bool:
     """True for a class or a function its name identifies (not a lambda, local or closure)."""
     named = isinstance(value, type) or (inspect.isfunction(value) and value.__closure__ is None)
     return named and "<" not in value.__qualname__
+
+
+def hit_info(hit: Hit) -> dict[str, Any]:
+    """What a response says about the hit that served it, under ``"tricache"``: the tier
+    (``"exact"``, ``"semantic"`` or ``"faq"``), where inside it (``level``), the similarity
+    (``score``, ``None`` for an exact hit), the entry (``entry_id``, for ``Cache.feedback``)
+    and, for a semantic or FAQ hit, the cached question it matched (``matched``)."""
+    info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+    if hit.matched_question is not None:
+        info["matched"] = hit.matched_question
+    return info
 
 
 # responses ⇄ payloads --------------------------------------------------------------------

@@ -48,6 +48,7 @@ from .convert import (
     completion_from_payload,
     completion_payload,
     condenses_a_follow_up,
+    hit_info,
     llm_key,
     parse_chat,
     servable_to_look_alikes,
@@ -82,8 +83,11 @@ class TriCacheLLM(FunctionCallingLLM):
     """A LlamaIndex LLM that answers from the cache when it can and asks ``llm`` otherwise.
 
     ``cache`` is a :class:`tricache.Cache` (default: ``Cache(**options)``, embedded).  Which tier
-    answered is in ``additional_kwargs["tricache"]`` of every response (``"llm"`` when the
-    inner model did).  Tool calls and cut-off answers are served to the very same call only.
+    answered is in ``additional_kwargs["tricache"]`` of every response, streamed ones included:
+    ``{"tier": "exact" | "semantic" | "faq", "level", "score", "entry_id"}`` (and ``"matched"``,
+    the cached question a semantic or FAQ hit matched) from the cache, ``{"tier": "llm"}`` when
+    the inner model answered.  ``stats()`` gives the cache's counters.  Tool calls and cut-off
+    answers are served to the very same call only.
     """
 
     llm: SerializeAsAny[LLM] = Field(description="The LLM asked on a miss.")
@@ -113,7 +117,15 @@ class TriCacheLLM(FunctionCallingLLM):
 
     @property
     def cache(self) -> Cache:
+        """The :class:`tricache.Cache` behind this LLM."""
         return self._cache
+
+    def stats(self) -> dict[str, Any]:
+        """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
+        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
+        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
+        warm-up's duration.  Counted in this process, for everything using this cache."""
+        return self._cache.stats()
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -357,7 +369,7 @@ class TriCacheLLM(FunctionCallingLLM):
     def _cached_chat(self, hit: Hit | None) -> ChatResponse | None:
         if hit is None:
             return None
-        info = _info(hit)
+        info = hit_info(hit)
         if hit.tier == "faq":
             message = ChatMessage(role=MessageRole.ASSISTANT, content=hit.text)
             return ChatResponse(message=message, additional_kwargs={"tricache": info})
@@ -366,7 +378,7 @@ class TriCacheLLM(FunctionCallingLLM):
     def _cached_completion(self, hit: Hit | None) -> CompletionResponse | None:
         if hit is None:
             return None
-        info = _info(hit)
+        info = hit_info(hit)
         if hit.tier == "faq":
             return CompletionResponse(text=hit.text, additional_kwargs={"tricache": info})
         return self._decoded(completion_from_payload, hit.payload, info)
@@ -434,13 +446,6 @@ def _keyed(conversation: Conversation, turns: Any) -> Conversation:
         if keyed is not None:
             return keyed
     return replace(conversation, semantic=False)
-
-
-def _info(hit: Hit) -> dict[str, Any]:
-    info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
-    if hit.matched_question is not None:  # the cached question a semantic or FAQ hit matched
-        info["matched"] = hit.matched_question
-    return info
 
 
 def _response_text(response: ChatResponse | CompletionResponse) -> str:

@@ -32,6 +32,7 @@ from tricache.key.conversation import plain, stream_pieces
 from tricache.key.request import context_token
 from tricache.key.tenancy import current_tenant
 
+from .convert import hit_info
 from .fingerprint import engine_fingerprint
 
 __all__ = ["CachedQueryEngine", "watch_index"]
@@ -55,9 +56,13 @@ class CachedQueryEngine(BaseQueryEngine):
 
     ``index``: the index the engine reads; its changes invalidate the cached responses.
     ``name``: the scope of the entries when no index is given (engines over different data
-    that share a cache need different names).  Hits carry ``metadata["tricache"]``.  Engines
-    over one index with other settings (filters, ``similarity_top_k``, prompts, LLM …) never
-    share entries; an engine whose settings cannot be described is passed through, uncached.
+    that share a cache need different names).  Every response says who answered it in
+    ``metadata["tricache"]``: ``{"tier": "exact" | "semantic" | "faq", "level", "score",
+    "entry_id"}`` (and ``"matched"``, the cached question a semantic or FAQ hit matched) from
+    the cache, ``{"tier": "llm"}`` when the wrapped engine answered.  ``stats()`` gives the
+    cache's counters.  Engines over one index with other settings (filters,
+    ``similarity_top_k``, prompts, LLM …) never share entries; an engine whose settings cannot
+    be described is passed through, uncached (its responses carry no ``"tricache"``).
     """
 
     def __init__(
@@ -81,6 +86,13 @@ class CachedQueryEngine(BaseQueryEngine):
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"engine": self.engine}
 
+    def stats(self) -> dict[str, Any]:
+        """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
+        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
+        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
+        warm-up's duration.  Counted in this process, for everything using this cache."""
+        return self.cache.stats()
+
     # query ---------------------------------------------------------------------------------
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         request = self._request(query_bundle)
@@ -94,7 +106,7 @@ class CachedQueryEngine(BaseQueryEngine):
             response.response_gen = self._record(request, response, response.response_gen, began)
         elif isinstance(response, Response):
             self._store(request, response.response, response)
-        return response
+        return _from_engine(response)
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         request = self._request(query_bundle)
@@ -109,7 +121,7 @@ class CachedQueryEngine(BaseQueryEngine):
             response.response_gen = self._arecord(request, response, response.response_gen, began)
         elif isinstance(response, Response):
             self._store(request, response.response, response)
-        return response
+        return _from_engine(response)
 
     # the cache -----------------------------------------------------------------------------
     def _request(self, query_bundle: QueryBundle) -> CacheRequest | None:
@@ -154,15 +166,16 @@ class CachedQueryEngine(BaseQueryEngine):
             }
             for n in response.source_nodes
         ]
+        metadata = {k: v for k, v in (response.metadata or {}).items() if k != "tricache"}
         payload = {"v": 1, "kind": "response", "sources": sources,
-                   "metadata": plain(dict(response.metadata or {}))}  # fmt: skip
+                   "metadata": plain(metadata)}  # fmt: skip
         # the caller's objects stay theirs
         self.cache.update(request, text, copy.deepcopy(payload), began=began)
 
     def _response(self, hit: Hit | None, asynchronous: bool = False) -> RESPONSE_TYPE | None:
         if hit is None:
             return None
-        info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
+        info = hit_info(hit)
         try:
             sources, metadata = _decoded(hit)
         except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
@@ -244,6 +257,14 @@ def _invalidating(method: Any, targets: list[tuple[Cache, str]]) -> Any:
 
     wrapper._tricache_targets = targets  # type: ignore[attr-defined]
     return wrapper
+
+
+def _from_engine(response: Any) -> Any:
+    """The wrapped engine's response, marked as such (its metadata a new dict: the engine's
+    own stays as it was)."""
+    if hasattr(response, "metadata"):  # Response and the streaming ones (a PydanticResponse …)
+        response.metadata = {**(response.metadata or {}), "tricache": {"tier": "llm"}}
+    return response
 
 
 def _decoded(hit: Hit) -> tuple[list[NodeWithScore], dict[str, Any]]:
