@@ -69,6 +69,9 @@ class Run:
     wrong: int = 0
     explorations: int = 0
     learned_hits: int = 0
+    right_misses: int = 0  # misses whose best candidate the guards accepted, and was right
+    wrong_misses: int = 0  # … and was wrong (serving it would have been)
+    refused: int = 0  # candidates the guards refused
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (seen, avoided, wrong)
 
     def row(self) -> dict[str, float]:
@@ -79,6 +82,10 @@ class Run:
             "wrong": self.wrong / n,
             "explorations": self.explorations / n,
             "learned_hits": self.learned_hits / n,
+            # what a perfect decision among the candidates the guards accept would avoid
+            "ceiling": (self.hits - self.wrong + self.right_misses) / n,
+            "near_wrong": self.wrong_misses / n,
+            "refused": self.refused / n,
         }
 
 
@@ -172,6 +179,13 @@ def run(build: Callable[[Path], Cache], stream: list[Query], seed: int) -> Run:
         for tier in ("semantic", "faq"):
             result.explorations += stats.get(tier, {}).get("explorations", 0)
             result.learned_hits += stats.get(tier, {}).get("hits_learned", 0)
+        result.refused = sum(
+            n for k, n in stats.get("semantic", {}).items() if k.startswith("guard_")
+        )
+        if learning is not None:  # the misses labelled (explorations weigh more than 1)
+            labels = [x for p in learning.evidence.pools() for x in learning.evidence.labels(p)]
+            result.right_misses = sum(x.same for x in labels if x.weight == 1.0)
+            result.wrong_misses = sum(not x.same for x in labels if x.weight == 1.0)
         cache.close()
     return result
 
@@ -207,7 +221,9 @@ def main() -> None:
             if args.quick:
                 break
     table = _table(results)
+    limits = _limits(results)
     print(table)
+    print(limits)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "learning_quick" if args.quick else "learning"
     command = "python benchmarks/learning.py " + " ".join(sys.argv[1:])
@@ -215,8 +231,10 @@ def main() -> None:
     (args.out / f"{stem}.md").write_text(
         "# Decisions learned from traffic\n\n"
         f"Command: `{command.strip()}` ({time.perf_counter() - started:.0f} s)\n\n"
+        "## Results\n\n"
         "Each cell: LLM calls avoided / wrong answers served / explorations (LLM calls a hit "
-        "would have skipped), as shares of the stream.\n\n" + table + "\n"
+        "would have skipped), as shares of the stream.\n\n" + table + "\n\n"
+        "## What limits it\n\n" + limits + "\n"
     )
     _plot(results, args.out / f"{stem}.png")
 
@@ -229,6 +247,32 @@ def _table(results: dict[str, dict[str, Any]]) -> str:
             f"{r['avoided']:.1%} / {r['wrong']:.2%} / {r['explorations']:.1%}" for r in row.values()
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _limits(results: dict[str, dict[str, Any]]) -> str:
+    """Against what the learned decision could reach: the calls a perfect decision among the
+    candidates the guards accept would avoid (every near miss whose candidate was right
+    served), and how many candidates the guards refused."""
+    lines = [
+        "The learned decision only chooses among candidates the guards accept. *Ceiling*: the "
+        "calls avoided if every such candidate that was right were served (the δ = 1 % run's "
+        "hits plus its labelled misses that were right); *near wrong*: labelled misses that "
+        "were wrong (shares of the stream); *refusals*: candidates the guards refused, per "
+        "request (each lookup weighs up to 5 candidates).",
+        "",
+        "| stream | static | learned δ=1% | ceiling | near wrong | guard refusals / request |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, row in results.items():
+        static = next((r for who, r in row.items() if "static" in who), None)
+        learned = next((r for who, r in row.items() if "δ=1%" in who), None)
+        if static is None or learned is None:
+            continue
+        lines.append(
+            f"| {label} | {static['avoided']:.1%} | {learned['avoided']:.1%} | "
+            f"{learned['ceiling']:.1%} | {learned['near_wrong']:.1%} | {learned['refused']:.2f} |"
+        )
     return "\n".join(lines)
 
 

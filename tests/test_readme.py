@@ -156,3 +156,42 @@ def test_missing_package_names_its_extra(
     assert named, f"no 'pip install tricache[...]' in:\n{result.stderr[-3000:]}"
     assert named[-1] == extra, result.stderr[-3000:]
     assert set(named) <= _extras(), f"{named} are not all extras of pyproject.toml"
+
+
+# the README's figures and names are the project's own ---------------------------------------
+def test_the_readme_quotes_the_stored_results() -> None:
+    """Every table the README shows of a benchmark or the demo is copied from the file the
+    command wrote (``python benchmarks/readme_results.py``), not typed by hand."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import readme_results
+    finally:
+        sys.path.pop(0)
+    text = README.read_text(encoding="utf-8")
+    assert len(readme_results._QUOTE.findall(text)) >= 5
+    assert readme_results.stale(text) == []
+
+
+_COMMAND = re.compile(r"`tricache ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?")
+
+
+def test_every_command_the_readme_names_exists() -> None:
+    from typer.testing import CliRunner
+
+    from tricache.tools.cli import app
+
+    named = set(_COMMAND.findall(README.read_text(encoding="utf-8")))
+    assert len(named) >= 10
+    runner = CliRunner()
+    for command, sub in sorted(named):
+        words = [command, sub] if sub else [command]
+        result = runner.invoke(app, [*words, "--help"])
+        if result.exit_code != 0 and sub:  # "tricache audit --plot" names an option, not a command
+            result = runner.invoke(app, [command, "--help"])
+        assert result.exit_code == 0, f"`tricache {' '.join(words)}`: {result.output[-500:]}"
+
+
+def test_every_extra_the_readme_names_exists() -> None:
+    named = set(re.findall(r"tricache\[([\w,-]+)\]", README.read_text(encoding="utf-8")))
+    extras = {e for n in named for e in n.split(",")}
+    assert extras and extras <= _extras(), extras - _extras()
