@@ -27,6 +27,7 @@ SETS = {
     "lookalikes_evidence": "look-alikes of the kinds the old rewrite rules served (label 0)",
     "heldout_issue23": "held-out round 1, written blind by a helper, run once, kept since",
     "heldout2_issue23": "held-out round 2, written blind by a helper, run once, kept since",
+    "heldout3_issue23": "held-out round 3, written blind by a helper, run once, kept since",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 

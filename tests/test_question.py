@@ -43,6 +43,8 @@ def test_what_cannot_be_isolated_is_not_located() -> None:
     assert locate("def f():\n    return 1") is None  # code
     bare = locate("How tall is the Eiffel Tower?")
     assert bare is not None and bare.frame == ""
+    greeted = locate("Hi, quick question: how do I descale a kettle? Thanks!")  # discourse
+    assert greeted is not None and greeted.frame == ""
 
 
 @pytest.fixture(scope="module")

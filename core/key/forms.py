@@ -456,9 +456,27 @@ def unify(a: str, b: str) -> tuple[str, str]:
 # Case --------------------------------------------------------------------------------------
 def tells_case(text: str) -> bool:
     """True for a text typed with case: it has capitals and lower-case letters (a text all
-    in lower case, or all in capitals, tells nothing of the case of its words)."""
+    in lower case, all in capitals, or in Title Case, tells nothing of the case of its
+    words)."""
     letters = [c for c in text if c.isalpha() and c.lower() != c.upper()]
-    return any(c.isupper() for c in letters) and any(c.islower() for c in letters)
+    told = any(c.isupper() for c in letters) and any(c.islower() for c in letters)
+    return told and not _title_case(text)
+
+
+def _title_case(text: str) -> bool:
+    """ "What Is The Best Way To Learn Guitar?": three words or more, every one capitalized
+    but for the small words titles leave in lower case."""
+    words = re.findall(r"[A-Za-z]+", text)
+    if len(words) < 3 or re.search(r"[\u3400-\u9fff]", text):
+        return False
+    if not all(w[0].isupper() or w in _TITLE_SMALL for w in words):
+        return False
+    # ordinary words capitalized past the first: "Causes Thunder", not "Is Turkey in Europe"
+    styled = [w for w in words[1:] if w[0].isupper() and w[1:].islower()]
+    return sum(is_lower_case_word(w.lower()) for w in styled) >= 2
+
+
+_TITLE_SMALL = frozenset("a an the and or but nor of in on at to for by with from as vs".split())
 
 
 def case_differs(x: str, y: str) -> bool:
@@ -480,6 +498,7 @@ def case_differs(x: str, y: str) -> bool:
     (``about_words``: "英文May是什么意思"), where every case difference of a word counts, and
     of a name only ``VPN`` / ``vpn`` does not."""
     told = tells_case(x) and tells_case(y)
+    titled = _title_case(x) or _title_case(y)  # its short words are capitalized by style
     strict = about_words(x) or about_words(y)  # "What does Polish mean?": any case counts
     units_x, units_y = _units(x), _units(y)
     if any(units_y.get(n, u) != u for n, u in units_x.items()):
@@ -494,8 +513,8 @@ def case_differs(x: str, y: str) -> bool:
         typed_y, capitals_y = found
         if strict and (len(word) <= 2 or is_lower_case_word(word)):
             return True  # "what does IT mean" / "what does it mean"; not "VPN" / "vpn"
-        if len(word) <= 2 and any(_mixed(t) for t in typed_x | typed_y):
-            return True  # a unit or a symbol: mW / MW, Co / CO, mL / ml
+        if len(word) <= 2 and any(_mixed(t) for t in typed_x | typed_y) and not titled:
+            return True  # a unit or a symbol: mW / MW, Co / CO, mL / ml (not "Is", "To")
         if len(capitals_x) != 1 or len(capitals_y) != 1 or capitals_x == capitals_y:
             continue  # a capital against a capital, or a sentence's first word
         side = 1 if True in capitals_x else 0

@@ -49,8 +49,14 @@ _HEADER = re.compile(
 )
 # "<question>…</question>" on one line
 _TAGGED = re.compile(rf"^\s*<({_NAME})>(.*?)</\1>\s*$")
-# A question label inside a line ("… context. Question: …"): the line is not one question.
-_INLINE = re.compile(r"(?<=\S)\s+(?:question|query|q)\s*[:：]|\S\s*问题[:：]", re.IGNORECASE)
+# A question label inside a line ("… context. Question: …"): the line is not one question
+# (but "Hi, quick question: …" is discourse, the words before "question" say)
+_DISCOURSE = "".join(
+    rf"(?<!\b{w})" for w in "quick simple small short silly stupid dumb another one a".split()
+)
+_INLINE = re.compile(
+    rf"(?<=\S){_DISCOURSE}\s+(?:question|query|q)\s*[:：]|\S\s*问题[:：]", re.IGNORECASE
+)
 _PLACEHOLDER = "\ue000"  # where the question was, in the frame
 
 

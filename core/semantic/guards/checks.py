@@ -430,7 +430,7 @@ def _tied(tokens: tuple[str, ...], tie: str) -> tuple[str, str] | None:
 
 _QUESTION_NUMERAL = re.compile("^(?:几|多少)")
 # Particles that tie one word to another: on which side of one a word stands is what it means
-_TIES_ZH = frozenset("的 到 给 把 被 比 向 往 对 从 替 让 叫 等于".split())
+_TIES_ZH = frozenset("的 到 给 把 被 比 向 往 对 从 替 让 叫 在 等于".split())
 
 
 _CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
@@ -475,8 +475,9 @@ _ORDER_PERSONS = {
 
 
 def _content(a: Analysis) -> list[str]:
-    # In Chinese text a Latin letter is a name ("A比B"), never the English article.
-    stop = STOPWORDS_ZH if a.zh else STOPWORDS_EN
+    # In Chinese text a Latin letter is a name ("A比B"), never the English article; in English
+    # a stopword the rules found as a name is one too ("blood type A")
+    stop = STOPWORDS_ZH if a.zh else STOPWORDS_EN - a.entities
     return [t for t in a.tokens if t not in stop]
 
 
@@ -720,6 +721,8 @@ def _moods(a: Analysis) -> set[str]:
     for first, second in pairwise(tokens):
         if second == "to" and first in _MOOD_PHRASES_EN:  # "have to", "able to", "going to"
             moods.add(_MOOD_PHRASES_EN[first])
+        elif second in ("to", "if") and first in _PERMITTED_EN:  # "Is it okay to tip?"
+            moods.add("can")
     return moods
 
 
@@ -751,6 +754,7 @@ _MOOD_PHRASES_EN = {
     "supposed": "should",
     "going": "will",
 }
+_PERMITTED_EN = frozenset("okay ok alright fine acceptable permitted possible legal".split())
 _REQUESTS_EN = frozenset("can could will would".split())
 _ASKED_EN = frozenset(
     "please tell show help give let find send check book remind explain describe list "
