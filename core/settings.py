@@ -80,6 +80,13 @@ class Semantic:
     audit: bool = True  # record every decision (hashed) for calibration
     vector_path: str | Path | None = None  # where this machine's replicas of the index live
     learn: Learn | None = None  # learn decisions from the app's traffic (off: the threshold)
+    # where the vectors are searched: "auto" (the Redis query engine when redis_url points at a
+    # server that has it, else each process's replica), "replica" or "redis-search"
+    index: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.index not in ("auto", "replica", "redis-search"):
+            raise ValueError("Semantic(index=...) is 'auto', 'replica' or 'redis-search'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +106,7 @@ _LEGACY: dict[str, tuple[type, str]] = {
     "faq_path": (Faq, "path"),
     "faq_threshold": (Faq, "threshold"),
 }
-del _LEGACY["learn"]  # new: never a keyword of Cache
+del _LEGACY["learn"], _LEGACY["index"]  # new: never keywords of Cache
 
 
 def from_legacy(

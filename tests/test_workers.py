@@ -22,13 +22,19 @@ import numpy as np
 import pytest
 import redis
 
-from tricache import Cache
+from tricache import Cache, Semantic
 from tricache.semantic.index.replica import ReplicatedIndex, encode_point
 from tricache.stores.redis import RedisStore
 from tricache.stores.sqlite import SQLiteStore
 
 from conftest import RedisServer
-from procs import TOPICS, share_semantically, share_with_inherited_cache, write_until_killed
+from procs import (
+    TOPICS,
+    share_semantically,
+    share_with_inherited_cache,
+    topic_answer,
+    write_until_killed,
+)
 
 spawn = multiprocessing.get_context("spawn")
 fork = multiprocessing.get_context("fork")
@@ -396,3 +402,39 @@ def test_a_hung_redis_stalls_no_lookup_and_the_replica_recovers(
             assert time.monotonic() < deadline, reader.stats()["store"]["vector_replica"]
             time.sleep(0.05)
         assert hit.text == "in settings"
+
+
+# the Redis query engine: one shared index, no replica ------------------------------------------
+def test_four_workers_share_one_query_engine_index(
+    search_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    """On a Redis with the query engine the semantic tier searches the server's index: four
+    spawned workers find each other's questions with no replica of their own (no vector
+    directory made), no other tenant's answer, nothing after an invalidation."""
+    vectors = tmp_path / "vectors"
+    options = {"namespace": namespace, "redis_url": search_server.url,
+               "semantic": Semantic(vector_path=str(vectors))}  # fmt: skip
+    _check(_run_workers(spawn, share_semantically, options))
+    with Cache(warm=True, **options) as cache:  # type: ignore[arg-type]
+        assert type(cache.semantic.index).__name__ == "RedisSearchIndex"  # type: ignore[union-attr]
+        cache.clear()
+    assert not list(vectors.rglob("*shard*")) and not list(vectors.rglob("*.mmap"))
+
+
+def test_workers_forked_after_use_share_one_query_engine_index(
+    search_server: Any, namespace: str
+) -> None:
+    options = {"namespace": namespace, "redis_url": search_server.url}
+    with Cache(warm=True, **options) as parent:  # type: ignore[arg-type]
+        assert parent.update(parent.request("How do I rename a project?"), "in settings")
+        assert parent.lookup(parent.request("How can I rename a project?")) is not None
+        _check(_run_workers(fork, share_with_inherited_cache, parent))
+        deadline = time.monotonic() + LAG_S  # (the parent's versions learn of the invalidation)
+        while (
+            hit := parent.lookup(parent.request(f"How can I {TOPICS[0]}?", tenant="acme"))
+        ) is None:
+            assert time.monotonic() < deadline, "the parent never found a child's write"
+            time.sleep(0.1)
+        assert hit.tier == "semantic" and hit.text == topic_answer(TOPICS[0])
+        assert parent.lookup(parent.request(f"How can I {TOPICS[1]}?", tenant="acme")) is None
+        parent.clear()
