@@ -490,6 +490,7 @@ def fork_after_use(workdir: Path) -> dict[str, Any]:
     for child in children:
         child.join(60)
     index = parent.semantic.index  # type: ignore[union-attr]
+    parent._warming.upkeep()  # the answers children stored while warming up (their journal)
     index.sync()  # what the children indexed before exiting reaches the parent's replica
     after = index.count()
     stored = sum(1 for _ in parent.exact.store.scan_points(parent.namespace))  # type: ignore[union-attr]

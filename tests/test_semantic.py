@@ -33,7 +33,7 @@ def _store(cache: Cache, question: str, answer: str, **kw: object) -> None:
 def test_paraphrase_is_served_and_look_alikes_are_not(cache: Cache) -> None:
     _store(cache, "How do I reset my password?", "Use 'Forgot password'.")
     hit = cache.lookup(cache.request("How can I reset my password?"))
-    assert hit is not None and hit.tier == "semantic" and hit.level == "qdrant-edge"
+    assert hit is not None and hit.tier == "semantic" and hit.level == "replica"
     assert hit.text == "Use 'Forgot password'." and 0.9 <= hit.score <= 1.0  # type: ignore[operator]
     assert hit.matched_question == "How do I reset my password?"
     for look_alike in [

@@ -2,8 +2,9 @@
 
 The shared store (SQLite embedded, Redis otherwise) is the source of truth: it holds every
 point of a namespace (its vector as float16, its payload) and a log of the ids that changed
-(``PointLog``).  Each process keeps Qdrant's in-process engine as a replica.  A write goes to
-the store, then to the replica; a background thread reads the log every ``sync_s`` seconds and
+(``PointLog``).  Each process keeps a replica in a ``MatrixIndex`` (int8 rows and a sketch
+searched with numpy, exactly, with no index to build: see ``matrix``).  A write goes to the
+store, then to the replica; a background thread reads the log every ``sync_s`` seconds and
 applies what other processes changed, deletions included.  A point another process wrote is
 found here one sync later: until then it costs an LLM call, never a wrong answer (a point only
 names an exact entry, which the exact tier checks on every hit).
@@ -11,7 +12,9 @@ names an exact entry, which the exact tier checks on every hit).
 Each replica lives in a slot directory of its own (a lock file says whose), kept across
 restarts with the log cursor it reached: a restarted worker loads it and catches up from the
 cursor instead of rebuilding.  A cursor the log cannot vouch for (the log was cleared,
-trimmed past it, lost with a Redis restart) rebuilds the replica from the store.
+trimmed past it, lost with a Redis restart) rebuilds the replica from the store, and so does
+a slot of another format (the Qdrant shards of earlier versions) or whose files do not agree
+with their metadata: a slot is rebuilt, never misread.
 """
 
 from __future__ import annotations
@@ -39,16 +42,17 @@ import numpy as np
 from ...runtime.forks import on_fork
 from ...runtime.home import private_dir, private_file
 from ...stores.base import PointLog, batched
-from .vectors import Candidate, DiskFull, EdgeIndex
+from .matrix import MatrixIndex
+from .vectors import Candidate, DiskFull
 
 __all__ = ["CorruptPoint", "ReplicatedIndex", "decode_point", "encode_point"]
 
 log = logging.getLogger(__name__)
 
-_FORMAT = 1
+_FORMAT = 1  # of a stored point
+_SLOT_FORMAT = 2  # of a slot's state and replica (1: a qdrant-edge shard)
 _BATCH = 1000  # points per rebuild step
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
-_COMPACT_AT = 10_000  # deleted points kept before a rebuild sheds them (and half the replica)
 _MAX_POINT_BYTES = 256 * 1024  # a vector, a question of at most a few thousand characters
 
 
@@ -100,12 +104,12 @@ def decode_point(data: bytes, dim: int, namespace: str) -> tuple[np.ndarray, dic
 _Point = tuple[str, np.ndarray, dict[str, Any]]
 
 
-def _engine(path: Path, dim: int) -> EdgeIndex:
-    """The replica's engine, searched exhaustively: it never builds an HNSW graph, because
-    qdrant-edge holds the GIL while it builds one (9 s at 20k points, ~45 s at 100k here) and
-    every thread of the app would stop for that long.  Exhaustive search of 100k float16
-    points takes a few ms; past a few hundred thousand, use a Qdrant server."""
-    return EdgeIndex(path, dim, optimize_every=2**62)
+def _engine(path: Path, dim: int) -> MatrixIndex:
+    """The replica's engine: exhaustive and exact, with nothing to build (qdrant-edge, used
+    before, held the GIL for seconds while it built an HNSW graph).  About 1 KiB of memory a
+    point at 512 dimensions, a lookup of ~1-2 ms at 100k points (benchmarks/results/replica.md);
+    past a few hundred thousand points, use a shared index (the Redis query engine, Qdrant)."""
+    return MatrixIndex(path, dim)
 
 
 def _plain(value: Any) -> bool:
@@ -121,7 +125,7 @@ class ReplicatedIndex:
 
     ``store=None`` keeps the points in this process only (a cache without a shared store)."""
 
-    name = "qdrant-edge"
+    name = "replica"  # what a hit's ``level``, the stats and the metrics call this index
 
     def __init__(
         self,
@@ -151,8 +155,7 @@ class ReplicatedIndex:
         self._warned_at = float("-inf")
         self._doomed: deque[str] = deque()  # deletions the store has not had
         self._hidden: set[str] = set()  # of those, the ones not yet deleted here either
-        self._retired: list[EdgeIndex] = []
-        self._garbage = 0  # points deleted from the replica since it was built
+        self._retired: list[MatrixIndex] = []
         self._stop = threading.Event()
         self._closed = False
         if store is not None:
@@ -201,7 +204,6 @@ class ReplicatedIndex:
         if self.store is not None and point_ids:
             self.store.delete_points(self.namespace, point_ids)
         self._local.delete(point_ids)
-        self._garbage += len(point_ids)
 
     def discard(self, point_ids: Sequence[str]) -> None:
         """Out of searches at once; deleted here and from the store by the next sync.  For the
@@ -209,7 +211,6 @@ class ReplicatedIndex:
         store nor on a batch the sync thread is writing into the replica."""
         if self.store is None or len(self._hidden) >= _MAX_DOOMED:
             self._local.delete(point_ids)
-            self._garbage += len(point_ids)
             return
         self._hidden.update(point_ids)
         self._doomed.extend(point_ids)
@@ -261,13 +262,12 @@ class ReplicatedIndex:
                 doomed = self._still_doomed(islice(self._doomed, waiting))
                 self.store.delete_points(self.namespace, doomed)
                 self._local.delete(doomed)
-                self._garbage += len(doomed)
                 self._hidden.difference_update(doomed)
                 for _ in range(waiting):  # (those discarded meanwhile wait for the next sync)
                     self._doomed.popleft()
             while True:
                 changes = self.store.points_since(self.namespace, self.cursor)
-                if not changes.complete or self._garbage > max(_COMPACT_AT, self.count()):
+                if not changes.complete:
                     changed += self._rebuild()
                     continue
                 self._apply(changes.points)
@@ -301,7 +301,7 @@ class ReplicatedIndex:
 
     def _rebuild(self) -> int:
         """A new replica from the store, built beside the one in use (searches go on there)
-        and swapped in whole (also how a replica sheds the points deleted from it)."""
+        and swapped in whole."""
         assert self.store is not None
         self.rebuilds += 1
         head = self.store.point_head(self.namespace)  # before the scan: nothing falls between
@@ -324,7 +324,6 @@ class ReplicatedIndex:
             shutil.rmtree(fresh.path, ignore_errors=True)
             raise
         fresh.delete(self._still_doomed(self._doomed))  # discarded, not yet in the store
-        self._garbage = 0
         self._retired.append(self._local)  # closed at the next sync, once searches on it end
         self._local, self.cursor = fresh, head
         self._persist()
@@ -350,10 +349,9 @@ class ReplicatedIndex:
                 upserts.append((point_id, *decoded))
         if deletes:
             self._local.delete(deletes)
-            self._garbage += len(deletes)
         self._upsert(self._local, upserts)
 
-    def _upsert(self, index: EdgeIndex, points: list[_Point]) -> int:
+    def _upsert(self, index: MatrixIndex, points: list[_Point]) -> int:
         """Upsert a batch; if the engine refuses it, one point at a time, skipping (and
         counting) the points it refuses: one bad point must not stall the log."""
         if not points:
@@ -413,15 +411,19 @@ class ReplicatedIndex:
         self._saved_cursor = self.cursor
         self._flushed_at = time.monotonic()
 
-    def _open_local(self) -> EdgeIndex:
+    def _open_local(self) -> MatrixIndex:
         """The slot's replica as it was left; a new, empty one when there is none, it cannot
-        be loaded (a crash mid-write), or there is no store to catch up from."""
+        be loaded (a crash mid-write, files of another format), or there is no store to catch
+        up from."""
         shard = self._slot.shard()
         if shard is not None and self.store is not None and self.cursor:
             try:
                 return _engine(shard, self.dim)
+            except DiskFull:
+                raise
             except Exception as exc:
                 log.warning("tricache: vector replica %s unreadable (%s); rebuilding", shard, exc)
+                shutil.rmtree(shard, ignore_errors=True)
         self.cursor = ""
         return _engine(self._slot.new_shard(), self.dim)
 
@@ -468,11 +470,15 @@ class _Slot:
         raise RuntimeError(f"no free replica slot under {base}")
 
     def _state(self) -> dict[str, Any]:
+        """The state the slot's last save left: empty when missing, damaged, or of another
+        format (a slot of an earlier version is then rebuilt, its shard removed)."""
         try:
             state = msgpack.unpackb((self.path / "state").read_bytes(), raw=False)
         except (OSError, ValueError, msgpack.UnpackException):
             return {}
-        return state if isinstance(state, dict) else {}
+        if not isinstance(state, dict) or state.get("format") != _SLOT_FORMAT:
+            return {}
+        return state
 
     def cursor(self) -> str:
         cursor = self._state().get("cursor")
@@ -493,7 +499,8 @@ class _Slot:
     def save(self, cursor: str, shard: str) -> None:
         scratch = self.path / "state.new"
         scratch.unlink(missing_ok=True)
-        private_file(scratch).write_bytes(msgpack.packb({"cursor": cursor, "shard": shard}))
+        state = {"format": _SLOT_FORMAT, "cursor": cursor, "shard": shard}
+        private_file(scratch).write_bytes(msgpack.packb(state))
         os.replace(scratch, self.path / "state")  # whole or not at all, even on a crash
 
     def release(self) -> None:
