@@ -18,11 +18,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .exact.policy import TtlPolicy
 from .semantic.guards.checks import DEFAULT_GUARDS, Guard
-from .semantic.tier import Reranker
+
+if TYPE_CHECKING:
+    from .semantic.tier import Reranker
 
 __all__ = ["Exact", "Faq", "Learn", "Semantic"]
 

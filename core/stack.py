@@ -21,14 +21,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from .exact.tier import ExactHit, ExactTier, StoreUnavailable
 from .exact.upkeep import Upkeep
 from .exact.versions import Stamp
-from .faq.store import FaqEntry, FaqStore, question_key
 from .key.entry import CacheEntry
 from .key.question import locate
 from .key.request import CacheRequest, Turn, decode_request, encode_request, memo_bytes
@@ -40,10 +39,13 @@ from .runtime.home import data_dir
 from .semantic.audit import AuditLog
 from .semantic.guards.canonical import canonical
 from .semantic.guards.checks import is_cacheable
-from .semantic.learning import Learning, Pending, answer_digest, pool_of
-from .semantic.tier import SemanticHit, SemanticTier
 from .settings import Exact, Faq, Semantic, from_legacy
 from .stores.base import L2Store, LabelLog, PointLog, WriteJournal
+
+if TYPE_CHECKING:  # (imported when they open: numpy and the models stay out of the import)
+    from .faq.store import FaqEntry, FaqStore
+    from .semantic.learning import Learning
+    from .semantic.tier import SemanticHit, SemanticTier
 
 __all__ = ["Cache", "Hit"]
 
@@ -335,6 +337,8 @@ class Cache:
             return None
         self.metrics.incr("faq", "hits")
         entry = CacheEntry(match.answer, {"faq_id": match.faq_id, "question": match.question})
+        from .faq.store import question_key  # (loaded with the FAQ it opened)
+
         entry_id = f"faq:{match.faq_id}:{question_key(located.question)}"
         return Hit(match.answer, entry.payload, "faq", "sqlite", entry_id, entry, match.score,
                    entry_id, match.matched)  # fmt: skip
@@ -343,6 +347,8 @@ class Cache:
         """The FAQ's answer: its threshold, or (``Faq(learn=...)``) the one the app's labels
         taught, and the questions the LLM answered with a curated answer (verified
         paraphrases, for the asker's tenant); a miss is labelled by the answer the LLM gives."""
+        from .semantic.learning import Pending, answer_digest, pool_of
+
         learn, tier = self._faq_learn, self._semantic
         learning = tier.learning if tier is not None else None
         if learn is None or learning is None:
@@ -399,6 +405,7 @@ class Cache:
         return self._faq if self._faq is not None and self._faq.count() else None
 
     def _open_faq(self) -> FaqStore:
+        from .faq.store import FaqStore
         from .semantic.embed import get_embedder
 
         options = self._faq_options or {}
@@ -1026,6 +1033,7 @@ def _redis_store(store: Any) -> Any:
 def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier | None:
     """The semantic tier, or ``None`` with one log line saying why it is off."""
     from .semantic.embed import get_embedder
+    from .semantic.tier import SemanticTier
 
     try:
         checkpoint()
@@ -1081,6 +1089,8 @@ def _build_semantic(options: dict[str, Any], metrics: Metrics) -> SemanticTier |
 def _learning(options: dict[str, Any], embedder: Any, metrics: Metrics) -> Learning | None:
     """Learning from labels, when asked for (``Semantic(learn=...)``, ``Faq(learn=...)``):
     one log of labels for both, each tier in pools of its own."""
+    from .semantic.learning import Learning
+
     learn = options["learn"] or options["faq_learn"]
     if learn is None:
         return None
