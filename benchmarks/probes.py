@@ -28,6 +28,7 @@ SETS = {
     "heldout_issue23": "held-out round 1, written blind by a helper, run once, kept since",
     "heldout2_issue23": "held-out round 2, written blind by a helper, run once, kept since",
     "heldout3_issue23": "held-out round 3, written blind by a helper, run once, kept since",
+    "heldout4_issue23": "held-out round 4, written blind by a helper, run once, kept since",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 
@@ -38,7 +39,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     lines = ["# Probe pairs, per kind", ""]
-    lines += [f"Command: `python benchmarks/probes.py {' '.join(sys.argv[1:])}`".strip(), ""]
+    command = " ".join(["python benchmarks/probes.py", *sys.argv[1:]])
+    lines += [f"Command: `{command}`", ""]
     lines += ["Each cell: pairs served / pairs. Label 1 should be served, label 0 never.", ""]
     totals = {0: [0, 0], 1: [0, 0]}
     for name, what in SETS.items():

@@ -555,7 +555,7 @@ def _word_cases(
     only the first word's, when it opens a question: "What", "How", "Define" …)."""
     typed: dict[str, set[str]] = {}
     capitals: dict[str, set[bool]] = {}
-    sentence_start = True
+    sentence_start = not _CJK.search(text)  # (Chinese text capitalizes no sentence: "Co中毒")
     for m in _PIECE.finditer(_FINAL.sub("", text)):
         piece = m.group()
         if piece[0].isalpha() and not _CJK.match(piece):

@@ -210,6 +210,9 @@ def _canonical(number: str) -> str:
         value = float(number)
     except ValueError:
         return number
+    whole, dot, fraction = number.partition(".")
+    if dot and whole.isdigit() and fraction.isdigit():  # "3.10" is no "3.1", "3.0" no "3"
+        return f"{int(whole)}.{fraction}"  # (a version, an amount typed to the cent)
     return str(int(value)) if value.is_integer() else repr(value)
 
 
@@ -373,7 +376,13 @@ def order(a: Analysis, b: Analysis) -> str | None:
     # ("他出生于A，在B去世" / "他出生于B，去世于A")
     long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
     zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
-    if a.zh and b.zh and (_ties_swapped(a, b) or not _rotation(_zh_placement(a, b))):
+    if (
+        a.zh
+        and b.zh
+        and any(
+            _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
+        )
+    ):
         return "order"
     if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
         return None if _rotation(permutation) else "order"
@@ -399,6 +408,19 @@ def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
     in_b = sorted(range(len(spots)), key=lambda i: spots[i][1])
     rank = {i: r for r, i in enumerate(in_b)}
     return [rank[i] for i in sorted(range(len(spots)), key=lambda i: spots[i][0])]
+
+
+def _zh_clauses(a: Analysis, b: Analysis) -> list[tuple[Analysis, Analysis]]:
+    """The two questions, and clause by clause when both have as many (a word that recurs in
+    the whole, 甲 in "甲欠乙的钱，乙能起诉甲吗", occurs once in its clause)."""
+    pairs = [(a, b)]
+    clauses_a, clauses_b = _CLAUSE_SPLIT.split(a.text), _CLAUSE_SPLIT.split(b.text)
+    if 1 < len(clauses_a) == len(clauses_b) <= 8:
+        pairs += [(analyze(x), analyze(y)) for x, y in zip(clauses_a, clauses_b, strict=True)]
+    return pairs
+
+
+_CLAUSE_SPLIT = re.compile(r"\s*[，,；;]\s*")
 
 
 def _parts(word: str) -> Iterator[str]:
@@ -703,6 +725,9 @@ def modality(a: Analysis, b: Analysis) -> str | None:
     for x, moods_x, moods_y in ((a, moods_a, moods_b), (b, moods_b, moods_a)):
         if moods_y and not moods_x and x.tokens and x.tokens[0] in _DO:
             return "modality"  # "Do humans live on Mars?" asks a fact, "Could humans …" not
+    lead_a, lead_b = _leading_mood(a), _leading_mood(b)
+    if lead_a and lead_b and lead_a != lead_b:
+        return "modality"  # "Will a judge accept a will?" / "Must a judge accept a will?"
     tense_a, tense_b = _tense(a, moods_a), _tense(b, moods_b)
     if tense_a is not None and tense_b is not None and tense_a != tense_b:
         return "modality"
@@ -726,17 +751,31 @@ def _moods(a: Analysis) -> set[str]:
     return moods
 
 
+def _leading_mood(a: Analysis) -> str | None:
+    """The mood of the modal a yes/no question opens with ("Will …", "Must …"), if any."""
+    first = a.tokens[0] if a.tokens and not a.zh else ""
+    return _MOODS_EN.get(first) if first in _LEADING_MODALS else None
+
+
+_LEADING_MODALS = frozenset("can could may might must should will would shall".split())
+
+
 def _tense(a: Analysis, moods: set[str]) -> str | None:
-    """ "past" (a past form, or a perfect: "Has it been shipped?"), "now" (the present, a
-    future or any mood: "Could it be revoked?"), or ``None`` when the question says neither
-    or both."""
+    """ "past" (a past form, or a perfect: "Has it been shipped?"; "Did he have to …"), "now"
+    (the present, a future or a mood with no past form: "Could it be revoked?", 你要学…吗), or
+    ``None`` when the question says neither or both."""
     if a.zh:
         past = any(t in PAST_ZH for t in a.tokens)
-        now = any(MOODS_ZH.get(t) == "will" for t in a.tokens)
+        now = not past and any(t in MOODS_ZH for t in a.tokens)
     else:
-        perfect = "been" in a.tokens
-        past = perfect or any(t in _PAST_EN for t in a.tokens)
-        now = bool(moods) or any(t in _NOW_EN and not (perfect and t in _HAVE) for t in a.tokens)
+        tokens = a.tokens
+        perfect = "been" in tokens
+        phrase = {i for i, t in enumerate(tokens[:-1]) if tokens[i + 1] == "to" and t in _HAVE_TO}
+        past = perfect or any(t in _PAST_EN and i not in phrase for i, t in enumerate(tokens))
+        now = (bool(moods) and not past) or any(
+            t in _NOW_EN and i not in phrase and not (perfect and t in _HAVE)
+            for i, t in enumerate(tokens)
+        )
     return None if past == now else "past" if past else "now"
 
 
@@ -764,6 +803,7 @@ _DO = frozenset(("do", "does", "did"))
 _PAST_EN = frozenset("was were did had".split())
 _NOW_EN = frozenset("is are am do does has have".split())
 _HAVE = frozenset(("has", "have"))
+_HAVE_TO = frozenset(("has", "have", "had"))  # "have to": a mood, its tense is the auxiliary's
 
 
 def focus(a: Analysis, b: Analysis) -> str | None:
