@@ -29,6 +29,7 @@ SETS = {
     "heldout2_issue23": "held-out round 2, written blind by a helper, run once, kept since",
     "heldout3_issue23": "held-out round 3, written blind by a helper, run once, kept since",
     "heldout4_issue23": "held-out round 4, written blind by a helper, run once, kept since",
+    "heldout5_issue23": "held-out round 5, written blind by a helper, run once, kept since",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 

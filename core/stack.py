@@ -853,6 +853,7 @@ class _Warming:
         self.took_s: float | None = None  # how long the last warm-up took
         self._thread: threading.Thread | None = None
         self._journal_upkeep = Upkeep(self, 5.0, "tricache-journal")
+        self._told = False  # that a lookup met the tiers still opening (logged once)
 
     def start(self) -> None:
         """Warm up in a daemon thread (again after a fork, or when something stayed closed)."""
@@ -913,6 +914,13 @@ class _Warming:
     def _not_ready(self, cache: Cache, tier: str) -> None:
         if not self._done.is_set() or self._pid != os.getpid():
             cache.metrics.incr(tier, "warming_skips")
+            if not self._told:  # once: why the first paraphrases miss
+                self._told = True
+                log.info(
+                    "tricache: the %s tier is still opening (a second or two): it misses until "
+                    "then (stats: warming_skips); Cache(warm=True) opens it before returning",
+                    tier,
+                )
         elif tier == "semantic" and time.monotonic() < cache._semantic_retry_at:
             return
         self.start()

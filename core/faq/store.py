@@ -32,11 +32,17 @@ from ..runtime.forks import hold_across_fork
 from ..runtime.home import private_sqlite
 from ..semantic.embed import Embedder
 from ..semantic.guards.canonical import canonical
-from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
+from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, any_substitution, check
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
 
 FAQ_GUARDS: tuple[Guard, ...] = DEFAULT_GUARDS
+
+# Under this score (the packaged embedder's calibrated threshold) a curated question must ask
+# about the same content words as the user's, no word swapped for another: there the embedder
+# scores look-alikes as high as paraphrases ("… cover fire damage?" / "… burst pipes?" 0.82),
+# and what the FAQ learns from the app's traffic (verified paraphrases) reaches further.
+STRICT_BELOW = 0.92
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS faq (
@@ -109,6 +115,7 @@ class FaqStore:
         self.embedder = embedder
         self.threshold = threshold
         self.guards = tuple(guards)
+        self._strict_guards = (*self.guards, any_substitution)  # under STRICT_BELOW
         self.candidates = candidates
         self._lock = threading.Lock()
         hold_across_fork(self, "_lock")
@@ -282,7 +289,8 @@ class FaqStore:
         for match in self.search(query, limit=self.candidates):
             if match.score < floor:
                 return
-            if check(match.matched, query, self.guards)[0] is None:
+            guards = self.guards if match.score >= STRICT_BELOW else self._strict_guards
+            if check(match.matched, query, guards)[0] is None:
                 if not self._rejected(match.faq_id, query):
                     yield match
                 return  # the best guarded match decides: it is served, or nothing is

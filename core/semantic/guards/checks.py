@@ -57,6 +57,7 @@ __all__ = [
     "Analysis",
     "Guard",
     "analyze",
+    "any_substitution",
     "check",
     "is_cacheable",
     "use_entity_recognizer",
@@ -350,6 +351,8 @@ def order(a: Analysis, b: Analysis) -> str | None:
     one block to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question;
     moving a word into the middle re-attaches it: "the original version … the mild edition" vs
     "the mild version … the original edition")."""
+    if a.zh and b.zh and _zh_reordered(a, b):
+        return "order"  # (by where words stand: jieba may split the two texts apart)
     seq_a, seq_b = _order_sequence(a), _order_sequence(b)
     common = Counter(seq_a) & Counter(seq_b)
     if sum(common.values()) < 2:
@@ -376,14 +379,6 @@ def order(a: Analysis, b: Analysis) -> str | None:
     # ("他出生于A，在B去世" / "他出生于B，去世于A")
     long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
     zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
-    if (
-        a.zh
-        and b.zh
-        and any(
-            _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
-        )
-    ):
-        return "order"
     if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
         return None if _rotation(permutation) else "order"
     return None if permutation == sorted(permutation) else "order"
@@ -410,6 +405,14 @@ def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
     return [rank[i] for i in sorted(range(len(spots)), key=lambda i: spots[i][0])]
 
 
+def _zh_reordered(a: Analysis, b: Analysis) -> bool:
+    """Two Chinese questions whose shared words, or the words a particle ties, stand in
+    another order, in the whole or clause by clause."""
+    return any(
+        _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
+    )
+
+
 def _zh_clauses(a: Analysis, b: Analysis) -> list[tuple[Analysis, Analysis]]:
     """The two questions, and clause by clause when both have as many (a word that recurs in
     the whole, 甲 in "甲欠乙的钱，乙能起诉甲吗", occurs once in its clause)."""
@@ -431,12 +434,33 @@ def _parts(word: str) -> Iterator[str]:
 
 def _ties_swapped(a: Analysis, b: Analysis) -> bool:
     """A particle that ties two words ties them the other way round: "1公斤等于几斤" / "1斤等于
-    几公斤" (a question numeral glued to its unit by jieba is set aside: 几斤 → 斤)."""
+    几公斤" (a question numeral glued to its unit by jieba is set aside: 几斤 → 斤), by words or,
+    where jieba glued the particle to a neighbour (考研比考公 → 比考 / 公难), by characters."""
     for tie in _TIES_ZH:
         sides_a, sides_b = _tied(a.tokens, tie), _tied(b.tokens, tie)
         if sides_a and sides_b and sides_a != sides_b and sides_a == sides_b[::-1]:
             return True
+        if a.text.count(tie) == 1 == b.text.count(tie) and _swapped_around(a.text, b.text, tie):
+            return True
     return False
+
+
+def _swapped_around(x: str, y: str, tie: str) -> bool:
+    """ "…X比Y…" against "…Y比X…": what stands right before the tie in one text starts the
+    text after it in the other, both ways, and differs."""
+    left_x, right_x = x.split(tie)
+    left_y, right_y = y.split(tie)
+    first = _overlap(left_x, right_y)
+    second = _overlap(left_y, right_x)
+    return bool(first and second and first != second)
+
+
+def _overlap(left: str, right: str) -> str:
+    """The longest end of ``left`` that ``right`` starts with (Chinese characters only)."""
+    for n in range(min(len(left), len(right)), 0, -1):
+        if left[-n:] == right[:n] and _CJK.match(left[-n]):
+            return left[-n:]
+    return ""
 
 
 def _tied(tokens: tuple[str, ...], tie: str) -> tuple[str, str] | None:
@@ -538,6 +562,14 @@ def added_content(a: Analysis, b: Analysis) -> str | None:
     return None
 
 
+def any_substitution(a: Analysis, b: Analysis) -> str | None:
+    """Any content word swapped for another: what a candidate scoring under the calibrated
+    threshold must not differ in (the FAQ's 0.80 - 0.92: "Does home insurance cover fire
+    damage?" / "… burst pipes?"), where the embedder tells paraphrases from look-alikes least."""
+    only_a, only_b = _unmatched(a, b), _unmatched(b, a)
+    return "substitution" if only_a and only_b else None
+
+
 def substitution(a: Analysis, b: Analysis) -> str | None:
     """The same question about another thing: one content word swapped for one or two others
     ("将军令丢了" vs "将军令坏了", "the chemistry game" vs "the biology game", "用花呗付款"
@@ -584,7 +616,10 @@ def _unmatched(a: Analysis, b: Analysis) -> set[str]:
 
 
 def _within(word: str, b: Analysis) -> bool:
-    return all(c in b.text for c in word)
+    """Every character of ``word`` in ``b``'s text, in order (two segmentations keep the order
+    of the characters: 价保 is no 保价)."""
+    rest = iter(b.text)
+    return all(c in rest for c in word)
 
 
 def literal(a: Analysis, b: Analysis) -> str | None:
@@ -728,7 +763,7 @@ def modality(a: Analysis, b: Analysis) -> str | None:
     lead_a, lead_b = _leading_mood(a), _leading_mood(b)
     if lead_a and lead_b and lead_a != lead_b:
         return "modality"  # "Will a judge accept a will?" / "Must a judge accept a will?"
-    tense_a, tense_b = _tense(a, moods_a), _tense(b, moods_b)
+    tense_a, tense_b = _tense(a), _tense(b)
     if tense_a is not None and tense_b is not None and tense_a != tense_b:
         return "modality"
     return None
@@ -760,23 +795,23 @@ def _leading_mood(a: Analysis) -> str | None:
 _LEADING_MODALS = frozenset("can could may might must should will would shall".split())
 
 
-def _tense(a: Analysis, moods: set[str]) -> str | None:
-    """ "past" (a past form, or a perfect: "Has it been shipped?"; "Did he have to …"), "now"
-    (the present, a future or a mood with no past form: "Could it be revoked?", 你要学…吗), or
-    ``None`` when the question says neither or both."""
+def _tense(a: Analysis) -> str | None:
+    """ "past" or "now", as the question's first auxiliary says ("Did the iPhone have …" is
+    past, "Could it be revoked?" now; a perfect, "Has it been shipped?", past); in Chinese a
+    past marker (了, 过) against a mood (你要学…吗); ``None`` when nothing says."""
     if a.zh:
         past = any(t in PAST_ZH for t in a.tokens)
         now = not past and any(t in MOODS_ZH for t in a.tokens)
-    else:
-        tokens = a.tokens
-        perfect = "been" in tokens
-        phrase = {i for i, t in enumerate(tokens[:-1]) if tokens[i + 1] == "to" and t in _HAVE_TO}
-        past = perfect or any(t in _PAST_EN and i not in phrase for i, t in enumerate(tokens))
-        now = (bool(moods) and not past) or any(
-            t in _NOW_EN and i not in phrase and not (perfect and t in _HAVE)
-            for i, t in enumerate(tokens)
-        )
-    return None if past == now else "past" if past else "now"
+        return None if past == now else "past" if past else "now"
+    tokens = a.tokens
+    if "been" in tokens:
+        return "past"  # a perfect: "Has it been shipped?"
+    for t in tokens:  # the first auxiliary carries the tense: "Did the iPhone have …"
+        if t in _PAST_EN:
+            return "past"
+        if t in _NOW_EN or t in _MOODS_EN:
+            return "now"
+    return None
 
 
 _MOODS_EN = {
@@ -802,8 +837,6 @@ _ASKED_EN = frozenset(
 _DO = frozenset(("do", "does", "did"))
 _PAST_EN = frozenset("was were did had".split())
 _NOW_EN = frozenset("is are am do does has have".split())
-_HAVE = frozenset(("has", "have"))
-_HAVE_TO = frozenset(("has", "have", "had"))  # "have to": a mood, its tense is the auxiliary's
 
 
 def focus(a: Analysis, b: Analysis) -> str | None:

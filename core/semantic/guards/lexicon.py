@@ -184,6 +184,7 @@ OPENINGS_EN = (
     "hello everyone; hey guys; hi guys; good morning; good afternoon; good evening; quick "
     "question; a quick question; just a quick question; one more question; i have a question; "
     "i have a quick question; i've got a question; i got a question; random question; "
+    "thanks in advance; thank you in advance; "
     "sorry to bother you; sorry to bother; sorry for the dumb question; sorry if this is a dumb "
     "question; sorry if this is a stupid question; this might be a dumb question but; this "
     "might be a stupid question but; excuse me; pardon me; just curious; out of curiosity; "
