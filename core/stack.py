@@ -958,9 +958,15 @@ class _Warming:
     def upkeep(self) -> None:
         """Now and then: index what other processes left in the journal."""
         cache = self._cache()
-        if cache is not None and cache._semantic is not None:
-            with contextlib.suppress(Exiting):
-                self._finish_journal(cache)
+        if cache is None or cache._semantic is None:
+            return
+        try:
+            self._finish_journal(cache)
+        except Exiting:
+            pass
+        except Exception as exc:  # a store busy or closing: the journal keeps what is left
+            cache.metrics.incr("semantic", "journal_errors")
+            log.debug("tricache: journal not read: %s", exc)
 
     def _journal(self) -> WriteJournal | None:
         cache = self._cache()
