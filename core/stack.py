@@ -66,6 +66,17 @@ class Hit:
     entry_id: str = ""  # what to pass to Cache.feedback()
     matched_question: str | None = None  # the cached question a semantic hit matched
 
+    def metadata(self) -> dict[str, Any]:
+        """What an answer says about the hit that served it (the adapters put it under
+        ``"tricache"``): the tier, where inside it (``level``), the similarity (``score``,
+        ``None`` for an exact hit), the entry (``entry_id``, for ``Cache.feedback``) and, for a
+        semantic or FAQ hit, the cached question it matched (``matched``)."""
+        info = {"tier": self.tier, "level": self.level, "score": self.score,
+                "entry_id": self.entry_id}  # fmt: skip
+        if self.matched_question is not None:
+            info["matched"] = self.matched_question
+        return info
+
 
 class Cache:
     """TriCache's core, independent of LangChain and LlamaIndex.

@@ -244,14 +244,9 @@ def _named(value: Any) -> bool:
 
 
 def hit_info(hit: Hit) -> dict[str, Any]:
-    """What a response says about the hit that served it, under ``"tricache"``: the tier
-    (``"exact"``, ``"semantic"`` or ``"faq"``), where inside it (``level``), the similarity
-    (``score``, ``None`` for an exact hit), the entry (``entry_id``, for ``Cache.feedback``)
-    and, for a semantic or FAQ hit, the cached question it matched (``matched``)."""
-    info = {"tier": hit.tier, "level": hit.level, "score": hit.score, "entry_id": hit.entry_id}
-    if hit.matched_question is not None:
-        info["matched"] = hit.matched_question
-    return info
+    """What a response says about the hit that served it, under ``"tricache"``
+    (``Hit.metadata``)."""
+    return hit.metadata()
 
 
 # responses ⇄ payloads --------------------------------------------------------------------

@@ -36,7 +36,6 @@ import logging
 import math
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
@@ -52,7 +51,7 @@ import numpy as np
 
 from ...runtime.forks import hold_across_fork
 from ...runtime.home import private_dir, private_file
-from .vectors import SEARCH_FIELDS, Candidate, DiskFull
+from .vectors import SEARCH_FIELDS, Candidate, DiskFull, FreeSpace
 
 __all__ = ["CorruptIndex", "MatrixIndex"]
 
@@ -150,9 +149,7 @@ class MatrixIndex:
         self.dim = dim
         self.k = sketch_dims if dim >= 4 * sketch_dims else 0
         self.fit_at = fit_at
-        self.min_free_bytes = min_free_bytes
-        self._room_checked_at = float("-inf")
-        self._full = False
+        self._room = FreeSpace(self.path, min_free_bytes)
         self._pid = os.getpid()
         self._row_bytes = 2 * dim
         self._write_lock = threading.Lock()
@@ -669,19 +666,7 @@ class MatrixIndex:
 
     # disk ----------------------------------------------------------------------------------
     def _check_room(self) -> None:
-        """Raise ``DiskFull`` when free space is below the floor (a statvfs call, at most once
-        a second while there is room)."""
-        now = time.monotonic()
-        if now - self._room_checked_at < 1.0 and not self._full:
-            return
-        self._room_checked_at = now
-        free = shutil.disk_usage(self.path).free
-        self._full = free < self.min_free_bytes
-        if self._full:
-            raise DiskFull(
-                f"{free // 2**20} MiB free under {self.path} (needs {self.min_free_bytes // 2**20}"
-                " MiB): the embedded vector index is not written"
-            )
+        self._room.check()
 
     def _pack(self, rows: Iterable[int], *, live_only: bool) -> tuple[int, list[bytes]]:
         """Journal records of ``rows``, in chunks: a ``put`` of the live rows' fields (with a

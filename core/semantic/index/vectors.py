@@ -52,6 +52,30 @@ class DiskFull(OSError):
     """Too little free space beside the embedded index to write it safely."""
 
 
+class FreeSpace:
+    """Refuses writes (``DiskFull``) while free space under ``path`` is below ``min_free``: a
+    statvfs call at most once a second while there is room, at every write while there is
+    not (an index written on a full disk can be left unreadable)."""
+
+    def __init__(self, path: Path, min_free: int) -> None:
+        self.path, self.min_free = path, min_free
+        self.full = False
+        self._checked_at = float("-inf")
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at < 1.0 and not self.full:
+            return
+        self._checked_at = now
+        free = shutil.disk_usage(self.path).free
+        self.full = free < self.min_free
+        if self.full:
+            raise DiskFull(
+                f"{free // 2**20} MiB free under {self.path} (needs {self.min_free // 2**20} "
+                "MiB): the embedded vector index is not written"
+            )
+
+
 class IndexLocked(RuntimeError):
     """The embedded index is open in another process (only one process may open it)."""
 
@@ -207,9 +231,7 @@ class EdgeIndex:
         self.path.mkdir(parents=True, exist_ok=True)
         # The engine writes through memory maps: on a full disk a write is a SIGBUS that kills
         # the process, not an error.  So it is not written below ``min_free_bytes`` free.
-        self.min_free_bytes = min_free_bytes
-        self._room_checked_at = float("-inf")
-        self._full = False
+        self._room = FreeSpace(self.path, min_free_bytes)
         self._check_room()
         self._shard = _SharedShard.acquire(self.path, dim)
         # dropped without ``close`` (a cache never closed): the shard is released all the same
@@ -237,19 +259,7 @@ class EdgeIndex:
             self._start_optimize()
 
     def _check_room(self) -> None:
-        """Raise ``DiskFull`` when free space is below the floor (a statvfs call, at most once
-        a second while there is room)."""
-        now = time.monotonic()
-        if now - self._room_checked_at < 1.0 and not self._full:
-            return
-        self._room_checked_at = now
-        free = shutil.disk_usage(self.path).free
-        self._full = free < self.min_free_bytes
-        if self._full:
-            raise DiskFull(
-                f"{free // 2**20} MiB free under {self.path} (needs {self.min_free_bytes // 2**20}"
-                " MiB): the embedded vector index is not written"
-            )
+        self._room.check()
 
     def search(
         self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
