@@ -21,6 +21,7 @@ import pytest
 
 from tricache.semantic.index.matrix import CorruptIndex, MatrixIndex
 from tricache.semantic.index.replica import ReplicatedIndex
+from tricache.semantic.index.vectors import DiskFull
 from tricache.stores.sqlite import SQLiteStore
 
 DIM = 512
@@ -346,3 +347,23 @@ def test_a_forked_child_neither_writes_nor_flushes_its_parents_index(tmp_path: P
     assert again.count() == 40
     assert [c.id for c in again.search(vectors[30], {"scope": "s"}, 1, 0.99)] == [_id(30)]
     again.close()
+
+
+def test_a_disk_without_room_refuses_writes_and_searches_go_on(tmp_path: Path) -> None:
+    """Below its floor of free space the index is not made, and one made before writes
+    nothing more (DiskFull: the replica drops and counts the write) but answers from what it
+    holds."""
+    with pytest.raises(DiskFull):
+        MatrixIndex(tmp_path / "full", DIM, min_free_bytes=2**62)
+    vectors = _vectors(20)
+    index = MatrixIndex(tmp_path / "idx", DIM)
+    try:
+        index.upsert(_id(0), vectors[0], _payload(0))
+        index._room.min_free = 2**62  # the disk fills up
+        index._room.full = True  # (checked at every write once full, at most once a second before)
+        with pytest.raises(DiskFull):
+            index.upsert(_id(1), vectors[1], _payload(1))
+        assert index.count() == 1
+        assert [c.id for c in index.search(vectors[0], {"scope": "s"}, 1, 0.9)] == [_id(0)]
+    finally:
+        index.close()
