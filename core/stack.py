@@ -358,12 +358,12 @@ class Cache:
         """The FAQ's answer: its threshold, or (``Faq(learn=...)``) the one the app's labels
         taught, and the questions the LLM answered with a curated answer (verified
         paraphrases, for the asker's tenant); a miss is labelled by the answer the LLM gives."""
-        from .semantic.learning import Pending, answer_digest, pool_of
-
         learn, tier = self._faq_learn, self._semantic
         learning = tier.learning if tier is not None else None
         if learn is None or learning is None:
             return store.answer(question)
+        from .semantic.learning import Pending, answer_digest, pool_of
+
         pool = pool_of(self.namespace, request.tenant, _lang(question), kind="faq")
         # a verified paraphrase is a user's question: matched as the semantic tier matches one,
         # at its threshold or the one the pool's labels taught

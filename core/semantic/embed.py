@@ -106,15 +106,12 @@ class SentencePieceTokenizer:
     def encode(
         self, text: str, out_type: type = int, add_bos: bool = True, add_eos: bool = True
     ) -> list[int]:
-        ids: list[int] = [1] if add_bos else []
-        pieces = self._sp.encode(text, out_type=str)
-        if not pieces:
-            ids.append(0)
-        for piece_id, piece in zip(self._sp.encode(text), pieces, strict=True):
-            ids.extend([0] * max(1, len(piece)) if piece_id == 0 else [piece_id])
-        if add_eos:
-            ids.append(2)
-        return ids
+        found = self._sp.encode(text) or [0]
+        if 0 in found:  # (rare: the pieces tell how many characters each unknown run holds)
+            pieces = self._sp.encode(text, out_type=str) or [""]
+            found = [i for p, n in zip(pieces, found, strict=True)
+                     for i in ([0] * max(1, len(p)) if n == 0 else [n])]  # fmt: skip
+        return [1] * add_bos + found + [2] * add_eos
 
 
 class E5Embedder:

@@ -523,8 +523,9 @@ _ORDER_PERSONS = {
 def _content(a: Analysis) -> list[str]:
     # In Chinese text a Latin letter is a name ("A比B"), never the English article; in English
     # a stopword the rules found as a name is one too ("blood type A")
-    stop = STOPWORDS_ZH if a.zh else STOPWORDS_EN - a.entities
-    return [t for t in a.tokens if t not in stop]
+    if a.zh:
+        return [t for t in a.tokens if t not in STOPWORDS_ZH]
+    return [t for t in a.tokens if t not in STOPWORDS_EN or t in a.entities]
 
 
 def _rotation(p: list[int]) -> bool:
