@@ -2,26 +2,31 @@
 
 Loaded on first use (a few hundred milliseconds; the cache's warm-up asks for them early):
 
-- symspellpy's bundled English dictionary (82,765 words with corpus counts);
+- symspellpy's bundled English dictionary (82,765 words);
 - wordfreq's small English list (words common on the web: "tumor", "theater", which the
   dated, British symspellpy list lacks);
 - english-words' Webster's Second (web2), which keeps names capitalized: "polish" is a word
   in lower case, "facebook" is not.
 
-These lists only ever *refuse* to treat two spellings as one (a word is not a spelling
-variant of another word); a word missing from them is no evidence of anything.
+The first and the last are kept as memory-mapped word tables (``runtime/tables.py``), which
+the processes of a machine share.  These lists only ever *refuse* to treat two spellings as
+one (a word is not a spelling variant of another word); a word missing from them is no
+evidence of anything.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from ..runtime.tables import word_table
 
 __all__ = [
     "FUNCTION_WORDS_EN",
     "common_on_the_web",
-    "english_counts",
     "is_english_word",
     "is_lower_case_word",
     "known",
@@ -53,7 +58,7 @@ def known(word: str) -> bool:
 
 def is_english_word(word: str) -> bool:
     """True for a word of symspellpy's English dictionary (lower case)."""
-    return word in english_counts()
+    return word in _english()
 
 
 @lru_cache(maxsize=50_000)
@@ -75,24 +80,35 @@ def is_lower_case_word(word: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _lower_case_words() -> frozenset[str]:
-    from english_words import get_english_words_set
+def _lower_case_words() -> Any:
+    from english_words.util import get_data_file_name
 
-    counts = english_counts()
-    return frozenset(w for w in get_english_words_set(["web2"], alpha=True) if w in counts)
+    web2 = package_dir("english_words") / "data" / get_data_file_name("web2", ["alpha"])
+
+    def words() -> Iterator[str]:
+        from english_words import get_english_words_set
+
+        return (w for w in get_english_words_set(["web2"], alpha=True) if w in _english())
+
+    return word_table("lower-case-words", [web2, _symspell_list()], words)
 
 
 @lru_cache(maxsize=1)
-def english_counts() -> dict[str, int]:
-    """symspellpy's bundled English dictionary: 82,765 words with their corpus counts."""
-    path = package_dir("symspellpy") / "frequency_dictionary_en_82_765.txt"
-    counts = {}
-    with path.open(encoding="utf-8") as f:
+def _english() -> Any:
+    """symspellpy's bundled English dictionary (82,765 words), as a set."""
+    return word_table("english-words", [_symspell_list()], _symspell_words)
+
+
+def _symspell_list() -> Path:
+    return package_dir("symspellpy") / "frequency_dictionary_en_82_765.txt"
+
+
+def _symspell_words() -> Iterator[str]:
+    with _symspell_list().open(encoding="utf-8") as f:
         for line in f:
-            word, _, count = line.strip().partition(" ")
+            word = line.partition(" ")[0].strip()
             if word:
-                counts[word] = int(count or 0)
-    return counts
+                yield word
 
 
 def package_dir(name: str) -> Path:

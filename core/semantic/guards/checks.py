@@ -10,7 +10,6 @@ in the same context (its search is filtered on the context fingerprint).
 
 from __future__ import annotations
 
-import logging
 import re
 import unicodedata
 from collections import Counter
@@ -51,6 +50,7 @@ from .lexicon import (
     ZH_UNITS,
 )
 from .roles import negated_verb, person
+from .segmenter import tagger
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -141,7 +141,7 @@ def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
         if zh and _CJK.match(word):
             # (jieba's tagger finds new words with an HMM whose cost grows fast with the run:
             # 40 s for 2,000 rare characters; a long run is cut by the dictionary alone)
-            for token in _tagger().lcut(word, HMM=len(word) <= _HMM_MAX_RUN):
+            for token in tagger().lcut(word, HMM=len(word) <= _HMM_MAX_RUN):
                 words.append(token.word)
                 if token.flag in _NAME_TAGS and len(token.word) > 1:
                     names.add(token.word)
@@ -154,15 +154,6 @@ _CONTRACTED_STEMS = {"ca": "can", "wo": "will", "sha": "shall"}
 _CONTRACTED = re.compile(r"\b(ca|wo|sha)n[’']t\b")
 _NAME_TAGS = frozenset(("nr", "ns", "nt", "nz", "nrt", "nrfg"))
 _HMM_MAX_RUN = 64
-
-
-@lru_cache(maxsize=1)
-def _tagger():  # type: ignore[no-untyped-def]
-    import jieba
-    import jieba.posseg
-
-    jieba.setLogLevel(logging.WARNING)
-    return jieba.posseg
 
 
 def _without_tag(folded: str, words: tuple[str, ...], zh: bool) -> tuple[str, tuple[str, ...]]:
