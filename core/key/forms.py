@@ -494,9 +494,12 @@ def case_differs(x: str, y: str) -> bool:
       ``1 mHz``), typed otherwise.
 
     A capital that only starts a sentence tells nothing, and capitals against capitals are
-    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``) — except in a question about words
-    (``about_words``: "英文May是什么意思"), where every case difference of a word counts, and
-    of a name only ``VPN`` / ``vpn`` does not."""
+    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``) — except an acronym of two or three
+    letters against a capitalized word (``MAC`` / ``Mac``, ``WHO`` / ``Who``), and in a
+    question about words (``about_words``: "英文May是什么意思"), where every case difference
+    of a word counts, and of a name only ``VPN`` / ``vpn`` does not."""
+    if _acronym_against_name(x, y) or _acronym_against_name(y, x):
+        return True  # "MAC是什么" / "Mac是什么", "WHO recommends …" / "Who recommends …"
     told = tells_case(x) and tells_case(y)
     titled = _title_case(x) or _title_case(y)  # its short words are capitalized by style
     strict = about_words(x) or about_words(y)  # "What does Polish mean?": any case counts
@@ -526,6 +529,24 @@ def case_differs(x: str, y: str) -> bool:
 
 
 _PRONOUNS = frozenset("us it me him her them we i you".split())
+
+
+def _acronym_against_name(x: str, y: str) -> bool:
+    """A word of two or three letters in capitals in ``x`` (an acronym: MAC, WHO, ICE,
+    unless ``x`` is typed in capitals throughout) that ``y`` capitalizes, when it is also an
+    ordinary word (Mac, Who, Ice: a name or a sentence's first word; not Cpu, Nba)."""
+    words_x = _LATIN.findall(x)
+    if len(words_x) > 1 and all(w.isupper() for w in words_x):
+        return False  # "WHAT IS A MAC ADDRESS": capitals tell nothing here
+    acronyms = {w for w in words_x if 2 <= len(w) <= 3 and w.isupper()}
+    return any(
+        w.upper() in acronyms and is_lower_case_word(w.lower())
+        for w in _LATIN.findall(y)
+        if w[0].isupper() and w[1:].islower()
+    )
+
+
+_LATIN = re.compile(r"[A-Za-z]+")
 
 
 def _after_article(word: str, text: str) -> bool:

@@ -798,12 +798,41 @@ def _tense(a: Analysis) -> str | None:
     tokens = a.tokens
     if "been" in tokens:
         return "past"  # a perfect: "Has it been shipped?"
-    for t in tokens:  # the first auxiliary carries the tense: "Did the iPhone have …"
-        if t in _PAST_EN:
-            return "past"
+    for i, t in enumerate(tokens):  # the first auxiliary carries the tense: "Did the iPhone …"
+        if t in _PAST_EN or (t in _HAVE and _participle_follows(tokens[i + 1 : i + 5])):
+            return "past"  # "Has Tesla paid a dividend?" (not "Who has the best pizza?")
         if t in _NOW_EN or t in _MOODS_EN:
             return "now"
     return None
+
+
+def _participle_follows(tokens: tuple[str, ...]) -> bool:
+    """A past participle after "has"/"have" (its subject between): "paid", "shipped",
+    "carried", "used" — a regular one only when its stem is an English word ("red" and
+    "hundred" are none) — and not "has to"."""
+    for t in tokens:
+        if t == "to":
+            return False
+        if t in _IRREGULAR_PARTICIPLES:
+            return True
+        if len(t) > 4 and t.endswith("ed") and not t.endswith("eed"):
+            stems = (t[:-2], t[:-1], t[:-3] if t[-3] == t[-4] else "", t[:-3] + "y")
+            if any(s and known(s) for s in stems):
+                return True
+    return False
+
+
+_HAVE = frozenset(("has", "have"))
+_IRREGULAR_PARTICIPLES = frozenset(
+    "arisen awoken beaten become begun bent bet bitten bled blown broken brought built burnt "
+    "burst bought caught chosen come cost crept cut dealt done drawn dreamt drunk driven eaten "
+    "fallen fed felt fought found fled flown forbidden forgotten forgiven frozen given gone got "
+    "gotten grown hung heard hidden held hurt kept knelt known laid led learnt left lent lain "
+    "lit lost made meant met paid proven quit ridden rung risen run said seen sought sold sent "
+    "set shaken shone shot shown shrunk shut sung sunk sat slept slid spoken spent spun split "
+    "spread sprung stood stolen stuck stung struck sworn swept swum taken taught torn told "
+    "thought thrown understood woken worn woven wept won written".split()
+)
 
 
 _MOODS_EN = {
