@@ -31,6 +31,7 @@ SETS = {
     "heldout4_issue23": "held-out round 4, written blind by a helper, run once, kept since",
     "heldout5_issue23": "held-out round 5, written blind by a helper, run once, kept since",
     "heldout6_issue23": "held-out round 6, written blind by a helper, run once, kept since",
+    "heldout7_issue23": "held-out round 7, written blind by a helper, run once, kept since",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 

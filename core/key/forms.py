@@ -494,10 +494,13 @@ def case_differs(x: str, y: str) -> bool:
       ``1 mHz``), typed otherwise.
 
     A capital that only starts a sentence tells nothing, and capitals against capitals are
-    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``) — except an acronym of two or three
+    one word (``ZOOM`` / ``Zoom``, ``IOS`` / ``iOS``) — except a letter standing alone
+    (``vim里按O`` / ``vim里按o``, ``grep -I`` / ``grep -i``), an acronym of two or three
     letters against a capitalized word (``MAC`` / ``Mac``, ``WHO`` / ``Who``), and in a
     question about words (``about_words``: "英文May是什么意思"), where every case difference
     of a word counts, and of a name only ``VPN`` / ``vpn`` does not."""
+    if _lone_letter_case(x, y):
+        return True  # "vim里按O" / "vim里按o", "grep -i" / "grep -I": a key, a flag, a grade
     if _acronym_against_name(x, y) or _acronym_against_name(y, x):
         return True  # "MAC是什么" / "Mac是什么", "WHO recommends …" / "Who recommends …"
     told = tells_case(x) and tells_case(y)
@@ -547,6 +550,34 @@ def _acronym_against_name(x: str, y: str) -> bool:
 
 
 _LATIN = re.compile(r"[A-Za-z]+")
+
+
+def _lone_letter_case(x: str, y: str) -> bool:
+    """A Latin letter standing alone on both sides (a key, a flag, a grade, a variable) typed
+    in another case on one: a letter's case is its meaning.  In Latin text the pronoun "I"
+    and the article "a" are grammar's, and so is the capital of a sentence's first word."""
+    letters_x, letters_y = _letters(x), _letters(y)
+    return any(
+        {t for t in letters_x if t.lower() == letter}
+        != {t for t in letters_y if t.lower() == letter}
+        for letter in {t.lower() for t in letters_x} & {t.lower() for t in letters_y}
+    )
+
+
+def _letters(text: str) -> list[str]:
+    latin = not _CJK.search(text)
+    found = []
+    for m in _LONE_LETTER.finditer(text):
+        letter, before = m.group(), text[: m.start()].rstrip()
+        if latin and before[-1:] != "-" and letter in "IiAa":
+            continue  # "can i", "a dog" (but "ls -a" / "ls -A")
+        if latin and letter.isupper() and (not before or before[-1] in ".!?"):
+            continue  # "O is …" opens a sentence
+        found.append(letter)
+    return found
+
+
+_LONE_LETTER = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])")
 
 
 def _after_article(word: str, text: str) -> bool:
