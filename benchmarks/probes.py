@@ -32,6 +32,7 @@ SETS = {
     "heldout5_issue23": "held-out round 5, written blind by a helper, run once, kept since",
     "heldout6_issue23": "held-out round 6, written blind by a helper, run once, kept since",
     "heldout7_issue23": "held-out round 7, written blind by a helper, run once, kept since",
+    "heldout8_issue23": "held-out round 8, written blind by a helper, run once, kept since",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 

@@ -77,6 +77,7 @@ class Analysis:
     text: str  # NFKC, case-folded, single-spaced
     zh: bool  # contains Chinese characters
     tokens: tuple[str, ...]  # words (English) and jieba words (Chinese), in order
+    tags: tuple[str, ...]  # jieba's part of speech of each Chinese token ("" for the others)
     negations: tuple[str, ...]  # sorted multiset of negation markers
     numbers: tuple[str, ...]  # sorted multiset of canonical numbers
     entities: frozenset[str]  # names, product variants, codes
@@ -94,11 +95,12 @@ def analyze(question: str, typed: str | None = None) -> Analysis:
     must not hide the capital."""
     folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
     zh = bool(_CJK.search(folded))
-    words, names = _tokens(folded, zh)
+    words, tags, names = _tokens(folded, zh)
     return Analysis(
         text=folded,
         zh=zh,
         tokens=words,
+        tags=tags,
         negations=_negations(*_without_tag(folded, words, zh)),
         numbers=_numbers(folded, words),
         entities=entities.latin_entities(question) | names,
@@ -130,12 +132,14 @@ def warm_up() -> None:
     unify("how do i log in", "How do I login?")
 
 
-def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
-    """Words in order, and the Chinese names (person, place, organization, other proper
-    noun) that jieba's tagger finds along the way (one pass does both)."""
+def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]:
+    """Words in order, their parts of speech (Chinese only), and the Chinese names (person,
+    place, organization, other proper noun) that jieba's tagger finds along the way (one
+    pass does all)."""
     text = _CONTRACTED.sub(lambda m: _CONTRACTED_STEMS[m.group(1)] + " not", folded)
     text = re.sub(r"(\w)n[’']t\b", r"\1 not", text)  # "don't" → "do not"
     words: list[str] = []
+    tags: list[str] = []
     names: set[str] = set()
     for word in _WORD.findall(text):
         if zh and _CJK.match(word):
@@ -143,11 +147,13 @@ def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], frozenset[str]]:
             # 40 s for 2,000 rare characters; a long run is cut by the dictionary alone)
             for token in tagger().lcut(word, HMM=len(word) <= _HMM_MAX_RUN):
                 words.append(token.word)
+                tags.append(token.flag)
                 if token.flag in _NAME_TAGS and len(token.word) > 1:
                     names.add(token.word)
         else:
             words.append(word.replace("’", "'").removesuffix("'s"))
-    return tuple(words), frozenset(names)
+            tags.append("")
+    return tuple(words), tuple(tags), frozenset(names)
 
 
 _CONTRACTED_STEMS = {"ca": "can", "wo": "will", "sha": "shall"}
@@ -438,12 +444,13 @@ def _ties_swapped(a: Analysis, b: Analysis) -> bool:
 
 def _swapped_around(x: str, y: str, tie: str) -> bool:
     """ "…X比Y…" against "…Y比X…": what stands right before the tie in one text starts the
-    text after it in the other, both ways, and differs."""
+    text after it in the other, one way or both ("被狗咬了" / "狗被咬了": who was bitten,
+    the one who asks or the dog), and differs."""
     left_x, right_x = x.split(tie)
     left_y, right_y = y.split(tie)
     first = _overlap(left_x, right_y)
     second = _overlap(left_y, right_x)
-    return bool(first and second and first != second)
+    return bool((first or second) and first != second)
 
 
 def _overlap(left: str, right: str) -> str:
@@ -572,11 +579,26 @@ def substitution(a: Analysis, b: Analysis) -> str | None:
     if not (only_a and only_b):
         return None
     shared = len(set(_content_stems(a)) & set(_content_stems(b)))
-    swapped = max(len(only_a), len(only_b))
-    # one word for one or two; or as many words swapped as kept ("the maximum dose of
-    # ibuprofen for adults" / "the side effects of …"), no word kept among them (hypo- /
-    # hyper-): another topic
-    return "substitution" if len(only_a) + len(only_b) <= 3 or swapped >= shared else None
+    if _another_topic(only_a, only_b, shared):
+        return "substitution"
+    if a.zh and b.zh and _another_topic(_spans(a, only_a, b), _spans(b, only_b, a), shared):
+        return "substitution"  # a word jieba does not know comes in pieces: 魇魔 → 里的魇 / 魔
+    return None
+
+
+def _another_topic(only_a: set[str], only_b: set[str], shared: int) -> bool:
+    """One word for one or two; or as many words swapped as kept ("the maximum dose of
+    ibuprofen for adults" / "the side effects of …"), no word kept among them (hypo- /
+    hyper-): another topic."""
+    return len(only_a) + len(only_b) <= 3 or max(len(only_a), len(only_b)) >= shared
+
+
+def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:
+    """The runs of ``a``'s text made of the characters of ``words`` that ``b`` lacks: one
+    swapped word however jieba cut it; ``words`` itself where none is found."""
+    missing = "".join({c for w in words for c in w if _CJK.match(c) and c not in b.text})
+    runs = {m.group() for m in re.finditer(f"[{missing}]+", a.text)} if missing else set()
+    return runs or words
 
 
 def _content_stems(a: Analysis) -> list[str]:
@@ -758,13 +780,47 @@ def modality(a: Analysis, b: Analysis) -> str | None:
     tense_a, tense_b = _tense(a), _tense(b)
     if tense_a is not None and tense_b is not None and tense_a != tense_b:
         return "modality"
+    if not (a.zh or b.zh):  # "… a flight that has departed" / "… that is departing"
+        clauses_a, clauses_b = _clause_tenses(a), _clause_tenses(b)
+        if len(clauses_a) == len(clauses_b) and any(
+            x and y and x != y for x, y in zip(clauses_a, clauses_b, strict=True)
+        ):
+            return "modality"
+    elif _aspect_zh(a) and _aspect_zh(b) and _aspect_zh(a) != _aspect_zh(b):
+        return "modality"  # 得过新冠 (ever had it) / 得了新冠 (has it now)
     return None
+
+
+def _clause_tenses(a: Analysis) -> list[str | None]:
+    """The tense of each clause of an English question, as its first auxiliary says."""
+    clauses: list[list[str]] = [[]]
+    for t in a.tokens:
+        if t in _CLAUSE_WORDS_EN:
+            clauses.append([])
+        clauses[-1].append(t)
+    return [_english_tense(tuple(c)) for c in clauses]
+
+
+_CLAUSE_WORDS_EN = frozenset(
+    "that which who whom whose when if after before because while since until once".split()
+)
+
+
+def _aspect_zh(a: Analysis) -> str | None:
+    """过 (ever: an experience) or 了 (done, and so now), where one of them marks a verb."""
+    ever = any(t in ("过", "曾经") for t in a.tokens)
+    done = "了" in a.tokens
+    return "ever" if ever else "done" if done else None
 
 
 def _moods(a: Analysis) -> set[str]:
     tokens = a.tokens
     if a.zh:
-        return {MOODS_ZH[t] for t in tokens if t in MOODS_ZH}
+        moods = {MOODS_ZH[t] for t in tokens if t in MOODS_ZH}
+        for before, (i, t) in zip(a.tags, enumerate(tokens[1:-1], 1), strict=False):
+            if t == "得" and before[:1] in ("n", "r") and tokens[i + 1] not in _ASPECTS_ZH:
+                moods.add("must")  # 学生得交学费吗 (děi: must), not 跑得快 nor 得了新冠
+        return moods
     moods = {
         _MOODS_EN[t]
         for t, you, verb in zip(tokens, (*tokens[1:], ""), (*tokens[2:], "", ""), strict=False)
@@ -784,6 +840,7 @@ def _leading_mood(a: Analysis) -> str | None:
     return _MOODS_EN.get(first) if first in _LEADING_MODALS else None
 
 
+_ASPECTS_ZH = frozenset("了 过 着 到".split())
 _LEADING_MODALS = frozenset("can could may might must should will would shall".split())
 
 
@@ -795,7 +852,10 @@ def _tense(a: Analysis) -> str | None:
         past = any(t in PAST_ZH for t in a.tokens)
         now = not past and any(t in MOODS_ZH for t in a.tokens)
         return None if past == now else "past" if past else "now"
-    tokens = a.tokens
+    return _english_tense(a.tokens)
+
+
+def _english_tense(tokens: tuple[str, ...]) -> str | None:
     if "been" in tokens:
         return "past"  # a perfect: "Has it been shipped?"
     for i, t in enumerate(tokens):  # the first auxiliary carries the tense: "Did the iPhone …"
