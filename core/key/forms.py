@@ -47,6 +47,7 @@ __all__ = [
     "folded",
     "form_key",
     "literals",
+    "mentions_phrase",
     "restore_apostrophes",
     "same_question",
     "skeleton",
@@ -275,6 +276,19 @@ def about_words(text: str) -> bool:
     """True for a question about words themselves (their meaning, spelling, case,
     translation …): the spelling, case and apostrophes it holds are what it asks about."""
     return _ABOUT_WORDS.search(text[:1].lower() + text[1:]) is not None or about_characters(text)
+
+
+def mentions_phrase(text: str) -> bool:
+    """True for a question about words, or about a phrase to say or write ("How do I politely
+    say no, thanks?", "decline with no, thanks", "write yes, please in French"): its thanks and
+    its please are what it asks about, not discourse."""
+    return about_words(text) or _PHRASE.search(text) is not None
+
+
+_PHRASE = re.compile(
+    r"\b(?:say|write|reply|respond|answer|decline|greet|sign off|end)\b[^?？]*?[,，:：]",
+    re.IGNORECASE,
+)
 
 
 def about_characters(text: str) -> bool:

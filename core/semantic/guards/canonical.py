@@ -9,7 +9,8 @@ question if you don't mind: …" must not read as a negation.
 The phrases come from curated lists (``lexicon.OPENINGS_*``, ``LEAD_INS_EN``, ``SET_OFF_*``,
 ``CLOSINGS_*``) and are removed only where discourse stands: at the start, or at the end after
 punctuation; a word that can be content ("hello world", "亲子", "say thank you") goes only when
-punctuation sets it off.  Nothing is removed inside the question, and a question that would be
+punctuation sets it off, and thanks at the end stay in a question about a phrase ("How do I
+politely say no, thanks?").  Nothing is removed inside the question, and a question that would be
 left without words stays as typed.  A yes/no clause that a lead-in embedded is asked again
 when its subject is a pronoun: "I'd like to know if you ship to Canada" asks "do you ship to
 Canada?", "I was wondering if I can't …" asks "can't I …?".  The exact tier never sees this
@@ -21,6 +22,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ...key.forms import mentions_phrase
 from .lexicon import (
     CLOSINGS_EN,
     CLOSINGS_ZH,
@@ -82,7 +84,8 @@ def _canonical(question: str) -> str:
         stripped = text[opening.end() :] if opening else text
         if opening and _IF.search(opening.group()):
             embedded = True
-        stripped = _CLOSING.sub("", stripped, count=1).rstrip(" ,;:，；：、-—")
+        if not mentions_phrase(stripped):  # "How do I say no, thanks?" asks about thanks
+            stripped = _CLOSING.sub("", stripped, count=1).rstrip(" ,;:，；：、-—")
         if stripped == text:
             break
         text = stripped

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from ...key.forms import case_differs, folded, literals, unify
+from ...key.forms import case_differs, folded, literals, mentions_phrase, unify
 from ...key.words import is_lower_case_word, known
 from ...runtime.exit import checkpoint
 from . import entities
@@ -521,9 +521,15 @@ _ORDER_PERSONS = {
 def _content(a: Analysis) -> list[str]:
     # In Chinese text a Latin letter is a name ("A比B"), never the English article; in English
     # a stopword the rules found as a name is one too ("blood type A")
+    kept = _COURTESY if mentions_phrase(a.text) else frozenset()  # "say yes, please"
     if a.zh:
-        return [t for t in a.tokens if t not in STOPWORDS_ZH]
-    return [t for t in a.tokens if t not in STOPWORDS_EN or t in a.entities]
+        return [t for t in a.tokens if t not in STOPWORDS_ZH or t in kept]
+    return [t for t in a.tokens if t not in STOPWORDS_EN or t in a.entities or t in kept]
+
+
+_COURTESY = frozenset(
+    "please thanks thank thx sorry hi hello bye regards cheers 请 谢谢 不用".split()
+)
 
 
 def _rotation(p: list[int]) -> bool:
@@ -604,6 +610,8 @@ def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:
 def _content_stems(a: Analysis) -> list[str]:
     """Content words, stemmed; numbers are left to the number guard."""
     skip = FILLERS_ZH | PRONOUNS_ZH if a.zh else FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
+    if mentions_phrase(a.text):  # "How do you write yes, please in French?": please is asked
+        skip = skip - FILLERS_ZH - FILLERS_EN
     out = []
     for token in _content(a):
         if token in skip or token in NUMBER_WORDS_EN or _NUMERIC.fullmatch(token):

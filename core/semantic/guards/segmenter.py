@@ -40,61 +40,54 @@ class _Entries:
         return found[0] if found else None
 
 
-class _Frequencies:
+class _View:
+    """A read-only dict over the trie, with the words jieba adds at run time on top (its
+    ``add_word``): what jieba's code calls of the dicts it keeps."""
+
+    def __init__(self, entries: _Entries) -> None:
+        self._entries = entries
+        self._added: dict[str, Any] = {}
+
+    def get(self, word: str, default: Any = None) -> Any:
+        if word in self._added:
+            return self._added[word]
+        record = self._entries.record(word)
+        return default if record is None else self._value(record, default)
+
+    def _value(self, record: tuple[int, int], default: Any) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, word: str) -> Any:
+        value = self.get(word, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(word)
+        return value
+
+    def __contains__(self, word: object) -> bool:
+        return isinstance(word, str) and self.get(word, _ABSENT) is not _ABSENT
+
+    def __setitem__(self, word: str, value: Any) -> None:
+        self._added[word] = value
+
+    def update(self, other: dict[str, Any]) -> None:
+        self._added.update(other)
+
+
+_ABSENT = object()
+
+
+class _Frequencies(_View):
     """jieba's ``Tokenizer.FREQ``: every word and every prefix of one (frequency 0)."""
 
-    def __init__(self, entries: _Entries) -> None:
-        self._entries = entries
-        self._added: dict[str, int] = {}  # jieba.add_word on this tokenizer
-
-    def get(self, word: str, default: Any = None) -> Any:
-        if word in self._added:
-            return self._added[word]
-        record = self._entries.record(word)
-        return default if record is None else record[0]
-
-    def __getitem__(self, word: str) -> int:
-        value = self.get(word, KeyError)
-        if value is KeyError:
-            raise KeyError(word)
-        return value  # type: ignore[no-any-return]
-
-    def __contains__(self, word: object) -> bool:
-        return isinstance(word, str) and self.get(word) is not None
-
-    def __setitem__(self, word: str, freq: int) -> None:
-        self._added[word] = freq
+    def _value(self, record: tuple[int, int], default: Any) -> Any:
+        return record[0]
 
 
-class _Tags:
+class _Tags(_View):
     """jieba.posseg's ``word_tag_tab``: word → tag, for dictionary words only."""
 
-    def __init__(self, entries: _Entries) -> None:
-        self._entries = entries
-        self._added: dict[str, str] = {}
-
-    def get(self, word: str, default: Any = None) -> Any:
-        if word in self._added:
-            return self._added[word]
-        record = self._entries.record(word)
-        if record is None or record[1] == _PREFIX_ONLY:
-            return default
-        return self._entries.tags[record[1]]
-
-    def __getitem__(self, word: str) -> str:
-        value = self.get(word)
-        if value is None:
-            raise KeyError(word)
-        return value  # type: ignore[no-any-return]
-
-    def __contains__(self, word: object) -> bool:
-        return isinstance(word, str) and self.get(word) is not None
-
-    def __setitem__(self, word: str, tag: str) -> None:
-        self._added[word] = tag
-
-    def update(self, other: dict[str, str]) -> None:
-        self._added.update(other)
+    def _value(self, record: tuple[int, int], default: Any) -> Any:
+        return default if record[1] == _PREFIX_ONLY else self._entries.tags[record[1]]
 
 
 @lru_cache(maxsize=1)
