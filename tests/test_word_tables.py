@@ -1,5 +1,5 @@
 """The guards' word tables (issue #25): jieba's dictionary and the English lists as
-memory-mapped tries, built once per machine.  Same words and tags as jieba, a damaged table
+tries, built once per machine.  Same words and tags as jieba, a damaged table
 rebuilt, an unwritable home served from memory, and the memory a worker saves."""
 
 from __future__ import annotations
@@ -64,44 +64,132 @@ def test_the_compact_tagger_cuts_and_tags_as_jieba_does(tmp_path: Path) -> None:
     assert sum(len(cut) for cut in got) > 20_000  # the comparison covered real text
 
 
+_APP = """
+    import json, jieba, jieba.posseg as pg
+    jieba.setLogLevel(60)
+    out = [[list(p) for p in pg.lcut(t)] for t in ("我爱北京天安门", "周杰伦的新歌", "量子纠缠态")]
+    jieba.add_word("量子纠缠态", freq=50, tag="nz")
+    out.append([list(p) for p in pg.lcut("量子纠缠态是什么")])
+    tags = pg.dt.word_tag_tab
+    out.append([len(tags), tags.get("北京"), tags.get(1, "D"), "中国" in tags])
+    del tags["北京"]
+    out.append([len(tags), tags.get("北京"), sorted(tags.items())[:3]])
+    print(json.dumps(out))
+    """
+
+
 def test_an_apps_own_jieba_answers_as_before(tmp_path: Path) -> None:
-    """The default ``jieba.posseg`` tagger reads the compact table once tricache loaded it;
-    its answers, and ``add_word`` with a tag, are jieba's own."""
-    code = """
-        import json, jieba, jieba.posseg as pg
-        jieba.setLogLevel(60)
-        if {load}:
-            from tricache.semantic.guards.segmenter import tagger
-            tagger()
-            assert type(pg.dt.word_tag_tab).__name__ == "_Tags", type(pg.dt.word_tag_tab)
-        texts = ("我爱北京天安门", "周杰伦的新歌", "量子纠缠态")
-        out = [[list(p) for p in pg.lcut(t)] for t in texts]
-        jieba.add_word("量子纠缠态", freq=50, tag="nz")
-        out.append([list(p) for p in pg.lcut("量子纠缠态是什么")])
-        print(json.dumps(out))
+    """Loaded before the app's jieba, tricache swaps the default tagger's tag dict for a dict
+    over its table; the app's calls, ``add_word``, ``len``, ``del`` and iteration answer as
+    jieba's own dict does."""
+    plain = _run(_APP, tmp_path / "home")
+    swapped = _run(
+        "from tricache.semantic.guards.segmenter import tagger\n"
+        "tagger()\n"
+        "import jieba.posseg as pg\n"
+        "assert type(pg.dt.word_tag_tab).__name__ == '_Tags'\n" + textwrap.dedent(_APP),
+        tmp_path / "home",
+    )
+    assert json.loads(swapped) == json.loads(plain)
+    assert ["量子纠缠态", "nz"] in json.loads(swapped)[3]
+
+
+def test_an_app_that_changed_jiebas_tags_first_keeps_them(tmp_path: Path) -> None:
+    """A tag an app set before tricache loaded (the same number of words: no length tells)
+    is never swapped away: tricache leaves a ``jieba.posseg`` it did not import alone."""
+    out = _run(
         """
-    plain = _run(code.format(load=False), tmp_path / "home")
-    loaded = _run(code.format(load=True), tmp_path / "home")
-    assert json.loads(loaded) == json.loads(plain)
-    assert ["量子纠缠态", "nz"] in json.loads(loaded)[-1]
+        import jieba, jieba.posseg as pg
+        jieba.setLogLevel(60)
+        jieba.add_word("中国", tag="zz")
+        pg.lcut("我爱中国")
+        from tricache.semantic.guards.segmenter import tagger
+        tagger()
+        print(pg.lcut("我爱中国")[-1].flag, type(pg.dt.word_tag_tab).__name__)
+        """,
+        tmp_path / "home",
+    )
+    assert out.split() == ["zz", "dict"]
+
+
+def _words(tmp_path: Path) -> tuple[Path, object]:
+    source = tmp_path / "words.txt"
+    source.write_text("alpha beta gamma")
+    return source, lambda: source.read_text().split()
 
 
 def test_a_damaged_table_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRICACHE_HOME", str(tmp_path))
-    source = tmp_path / "words.txt"
-    source.write_text("alpha beta gamma")
-    words = lambda: source.read_text().split()  # noqa: E731
-    assert "beta" in tables.word_table("test", [source], words)
+    source, words = _words(tmp_path)
+    assert "beta" in tables.word_table("test", [source], words)  # type: ignore[arg-type]
     (path,) = (tmp_path / "tables").glob("test-*.marisa")
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # a flipped byte maps without an error and answers wrong
+    data[len(data) // 2] ^= 0xFF  # a flipped byte reads without an error and answers wrong
     path.write_bytes(bytes(data))
 
-    table = tables.word_table("test", [source], words)
+    table = tables.word_table("test", [source], words)  # type: ignore[arg-type]
 
-    assert sorted(table.keys()) == ["alpha", "beta", "gamma"]
+    assert all(w in table for w in ("alpha", "beta", "gamma")) and "delta" not in table
     (rebuilt,) = (tmp_path / "tables").glob("test-*.marisa")
     assert rebuilt.read_bytes() != bytes(data)
+
+
+def test_another_tables_file_in_its_place_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A valid table under another table's name, with its own digest: refused and rebuilt."""
+    monkeypatch.setenv("TRICACHE_HOME", str(tmp_path))
+    source, words = _words(tmp_path)
+    tables.word_table("one", [source], words)  # type: ignore[arg-type]
+    tables.word_table("two", [source], lambda: ["omega"])
+    (one,) = (tmp_path / "tables").glob("one-*.marisa")
+    (two,) = (tmp_path / "tables").glob("two-*.marisa")
+    stem_one = one.name.rsplit("-", 1)[0]
+    one.unlink()
+    (tmp_path / "tables" / f"{stem_one}-{two.name.rsplit('-', 1)[1]}").write_bytes(two.read_bytes())
+
+    table = tables.word_table("one", [source], words)  # type: ignore[arg-type]
+
+    assert "alpha" in table and "omega" not in table
+
+
+def test_a_table_changed_on_disk_after_loading_cannot_hurt_the_process(tmp_path: Path) -> None:
+    """The table is read into memory, not mapped: a file truncated in place under a mapping
+    kills the process (SIGBUS)."""
+    out = _run(
+        """
+        import glob, os
+        from tricache.semantic.guards.segmenter import tagger
+        t = tagger()
+        for path in glob.glob(os.environ["TRICACHE_HOME"] + "/tables/jieba-*.marisa"):
+            os.truncate(path, 4096)
+        print(" ".join(p.word for p in t.lcut("中华人民共和国成立了")))
+        """,
+        tmp_path / "home",
+    )
+    assert out.split() == ["中华人民共和国", "成立", "了"]
+
+
+def test_a_full_disk_builds_the_table_in_memory(tmp_path: Path) -> None:
+    """Saving fails (a file size limit stands in for a full disk): the process keeps its copy."""
+    code = """
+        import resource, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        from tricache.semantic.guards import checks
+        checks.warm_up()
+        print(checks.analyze("北京大学在哪里").tokens)
+        """
+    assert "北京大学" in _run(code, tmp_path / "home")
+
+
+def test_odd_words_are_no_words() -> None:
+    from tricache.key import words
+
+    assert not words.is_english_word("\ud800")  # a lone surrogate
+    assert not words.is_lower_case_word("\ud800s")
+    assert not words.is_english_word("")
+    assert words.is_english_word("house")
 
 
 def test_a_table_is_built_once_and_follows_its_source(
@@ -133,7 +221,7 @@ def test_an_unwritable_home_builds_the_table_in_memory(
     source = tmp_path / "words.txt"
     source.write_text("alpha beta")
     table = tables.record_table("test", [source], "<I", lambda: [("alpha", (1,)), ("beta", (2,))])
-    assert table.get("beta") == [(2,)]
+    assert table.get("beta") == (2,)
     assert table.get("gamma") is None
 
 

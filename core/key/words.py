@@ -8,8 +8,8 @@ Loaded on first use (a few hundred milliseconds; the cache's warm-up asks for th
 - english-words' Webster's Second (web2), which keeps names capitalized: "polish" is a word
   in lower case, "facebook" is not.
 
-The first and the last are kept as memory-mapped word tables (``runtime/tables.py``), which
-the processes of a machine share.  These lists only ever *refuse* to treat two spellings as
+The first and the last are kept as word tables (``runtime/tables.py``: tries, built once per
+machine).  These lists only ever *refuse* to treat two spellings as
 one (a word is not a spelling variant of another word); a word missing from them is no
 evidence of anything.
 """
@@ -20,9 +20,8 @@ import importlib.util
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-from ..runtime.tables import word_table
+from ..runtime.tables import WordTable, word_table
 
 __all__ = [
     "FUNCTION_WORDS_EN",
@@ -80,7 +79,7 @@ def is_lower_case_word(word: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _lower_case_words() -> Any:
+def _lower_case_words() -> WordTable:
     from english_words.util import get_data_file_name
 
     web2 = package_dir("english_words") / "data" / get_data_file_name("web2", ["alpha"])
@@ -94,7 +93,7 @@ def _lower_case_words() -> Any:
 
 
 @lru_cache(maxsize=1)
-def _english() -> Any:
+def _english() -> WordTable:
     """symspellpy's bundled English dictionary (82,765 words), as a set."""
     return word_table("english-words", [_symspell_list()], _symspell_words)
 

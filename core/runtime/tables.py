@@ -1,11 +1,14 @@
-"""Read-only word tables as memory-mapped tries, shared by every process on the machine.
+"""Read-only word tables as compact tries, built once per machine.
 
 The guards read large word lists (jieba's dictionary: 349,046 words; the English lists).  As
-Python dicts and sets they cost each worker ~120 MiB; as marisa tries, ~3 MiB of file pages
-that the OS shares between processes.  A table is built once from its source files into the
-data directory, under a name that digests those files and its own bytes (checked before it is
-mapped), and every process memory-maps it.  Where the directory cannot be written, the process
-builds the table in memory (still a trie).
+Python dicts and sets they cost each worker ~120 MiB; as marisa tries, ~3 MiB.  A table is
+built once from its source files into the data directory, under a name that digests those
+files, and every later process reads it from there (~10 ms instead of ~1 s).  The file's name
+also carries a digest of the table's name and bytes, checked on every read: a damaged table,
+or another table's file put in its place, is built again rather than read (a flipped byte
+could otherwise answer wrong words without an error).  A table is read into the process's
+memory, not mapped: a file changed in place under a mapping kills the process (SIGBUS).
+Where the directory cannot be written (read-only, full), the process keeps what it built.
 """
 
 from __future__ import annotations
@@ -15,24 +18,58 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .home import data_dir, private_dir
 
-__all__ = ["record_table", "word_table"]
+__all__ = ["RecordTable", "WordTable", "record_table", "word_table"]
 
 log = logging.getLogger(__name__)
 
-_LAYOUT = "1"  # bump when what a builder writes changes
+_LAYOUT = "2"  # bump when what a builder writes changes
+_STALE_TEMP_S = 600  # a temporary file this old was left by a process that died saving it
 
 
-def word_table(name: str, sources: Iterable[Path], words: Callable[[], Iterable[str]]) -> Any:
-    """A set of words (``word in table``) built by ``words()`` from ``sources``."""
+class WordTable:
+    """A set of words: ``word in table`` (``False`` for anything that is no encodable
+    string)."""
+
+    def __init__(self, trie: Any) -> None:
+        self._trie = trie
+
+    def __contains__(self, word: object) -> bool:
+        try:
+            return isinstance(word, str) and word in self._trie
+        except UnicodeEncodeError:  # a lone surrogate is no word of any list
+            return False
+
+
+class RecordTable:
+    """Words mapped to fixed records: ``table.get(word)`` is the record, or ``None``."""
+
+    def __init__(self, trie: Any) -> None:
+        self._trie = trie
+
+    def get(self, word: object) -> tuple[int, ...] | None:
+        try:
+            found = self._trie.get(word) if isinstance(word, str) else None
+        except UnicodeEncodeError:
+            return None
+        return found[0] if found else None
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        return iter(self._trie.keys(prefix))
+
+
+def word_table(name: str, sources: Iterable[Path], words: Callable[[], Iterable[str]]) -> WordTable:
+    """A set of words built by ``words()`` from ``sources``."""
     import marisa_trie
 
-    return _mapped(name, sources, lambda: marisa_trie.Trie(words()), marisa_trie.Trie)
+    trie = _stored(name, sources, lambda: marisa_trie.Trie(words()), marisa_trie.Trie)
+    return WordTable(trie)
 
 
 def record_table(
@@ -40,21 +77,22 @@ def record_table(
     sources: Iterable[Path],
     fmt: str,
     records: Callable[[], Iterable[tuple[str, tuple[int, ...]]]],
-) -> Any:
-    """A mapping of words to fixed records (``struct`` format ``fmt``): ``table.get(word)`` is
-    a list of one tuple, or ``None``.  Give each word once."""
+) -> RecordTable:
+    """Words mapped to records of ``struct`` format ``fmt``, built by ``records()`` from
+    ``sources`` (each word given once)."""
     import marisa_trie
 
     def build() -> Any:
         return marisa_trie.RecordTrie(fmt, records())
 
-    return _mapped(name, sources, build, lambda: marisa_trie.RecordTrie(fmt))
+    return RecordTable(_stored(name, sources, build, lambda: marisa_trie.RecordTrie(fmt)))
 
 
-def _mapped(
+def _stored(
     name: str, sources: Iterable[Path], build: Callable[[], Any], empty: Callable[[], Any]
 ) -> Any:
-    """The table mapped from its file, built and saved first when there is none."""
+    """The trie read from its file; built, and saved for the next process, when there is
+    none (or none readable)."""
     try:
         folder = private_dir(data_dir() / "tables")
         stem = f"{name}-{_digest(sources)}"
@@ -62,34 +100,33 @@ def _mapped(
         log.debug("tricache: table %s built in memory: %s", name, exc)
         return build()
     for path in folder.glob(f"{stem}-*.marisa"):
-        table = _map(path, empty)
-        if table is not None:
-            return table
-    built = build()
+        trie = _read(path, stem, empty)
+        if trie is not None:
+            return trie
+    _sweep(folder)
+    trie = build()
     try:
+        data = trie.tobytes()
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{stem}-")
-        os.close(fd)
         try:
-            built.save(tmp)
-            path = folder / f"{stem}-{_content(Path(tmp))}.marisa"
-            os.replace(tmp, path)  # atomic: a reader maps a whole table or none
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, folder / f"{stem}-{_content(stem, data)}.marisa")  # atomic
         finally:
-            if os.path.exists(tmp):
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-    except OSError as exc:
-        log.debug("tricache: table %s not saved (%s); this process keeps its copy", name, exc)
-        return built
-    return _map(path, empty) or built  # mapped: its pages are the ones other processes share
+    except (OSError, RuntimeError) as exc:  # a full or read-only disk: this process's copy
+        log.debug("tricache: table %s not saved (%s)", name, exc)
+    return trie
 
 
-def _map(path: Path, empty: Callable[[], Any]) -> Any:
-    """The table in ``path``, or ``None`` (and the file removed) when its bytes are not the
-    ones its name records: a damaged table could answer wrong words without an error."""
+def _read(path: Path, stem: str, empty: Callable[[], Any]) -> Any:
+    """The trie in ``path``, or ``None`` (and the file removed) when its bytes are not the
+    ones its name records for this table."""
     try:
-        if path.stem.rpartition("-")[2] == _content(path):
-            table = empty()
-            table.mmap(str(path))
-            return table
+        data = path.read_bytes()
+        if path.stem.rpartition("-")[2] == _content(stem, data):
+            return empty().frombytes(data)
     except (OSError, RuntimeError) as exc:
         log.warning("tricache: word table %s unreadable (%s)", path, exc)
     else:
@@ -99,8 +136,18 @@ def _map(path: Path, empty: Callable[[], Any]) -> Any:
     return None
 
 
-def _content(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+def _sweep(folder: Path) -> None:
+    """Remove temporary files that processes killed while saving a table left behind."""
+    cutoff = time.time() - _STALE_TEMP_S
+    for path in folder.glob(".*-*"):
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+
+
+def _content(stem: str, data: bytes) -> str:
+    """A digest of the table's name and bytes: another table's file fails it too."""
+    return hashlib.sha256(stem.encode() + b"\0" + data).hexdigest()[:16]
 
 
 def _digest(sources: Iterable[Path]) -> str:

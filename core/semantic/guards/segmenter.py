@@ -1,23 +1,24 @@
 """Chinese words and their parts of speech: jieba's tagger over a compact dictionary.
 
 jieba keeps its dictionary as two Python dicts (word → frequency with every prefix, word →
-tag): ~93 MiB in each process.  Here the same entries live in one memory-mapped trie
+tag): ~93 MiB in each process.  Here the same entries live in one trie of ~2.3 MiB
 (``runtime/tables.py``), and jieba's own algorithms (the DAG of dictionary words, the route of
 highest frequency, its tagging HMM for unknown words) run over it unchanged: same words, same
-tags.  Importing ``jieba.posseg`` builds the tag dict for jieba's default tagger; when that
-tagger still reads jieba's own dictionary, its dict is swapped for the same view, so an app's
-own ``jieba.posseg.cut`` answers as before.
+tags.  Importing ``jieba.posseg`` builds the tag dict of jieba's default tagger; when tricache
+is the one importing it (so no code has changed that dict yet), the dict is swapped for a
+dict over the same table, and an app's own ``jieba.posseg`` answers as before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, MutableMapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ...runtime.tables import record_table
+from ...runtime.tables import RecordTable, record_table
 
 __all__ = ["tagger"]
 
@@ -25,75 +26,107 @@ _PREFIX_ONLY = 255  # the tag index of an entry that is only the prefix of a wor
 
 
 class _Entries:
-    """jieba's dictionary as one trie: word → (frequency, tag index)."""
+    """jieba's dictionary as one table: word → (frequency, tag index)."""
 
-    def __init__(self, table: Any, tags: tuple[str, ...], total: int, words: int) -> None:
+    def __init__(self, table: RecordTable, tags: tuple[str, ...], total: int, words: int) -> None:
         self.table = table
         self.tags = tags  # tag names by index
         self.total = total  # the sum of the frequencies, as jieba counts it
         self.words = words  # distinct words (the rest are prefixes)
 
-    def record(self, word: str) -> tuple[int, int] | None:
-        if word.startswith(_META):
+    def record(self, word: object) -> tuple[int, ...] | None:
+        if isinstance(word, str) and word.startswith(_META):
             return None
-        found = self.table.get(word)
-        return found[0] if found else None
+        return self.table.get(word)
+
+    def tag(self, word: object) -> str | None:
+        record = self.record(word)
+        return None if record is None or record[1] == _PREFIX_ONLY else self.tags[record[1]]
+
+    def __iter__(self) -> Iterator[str]:
+        """The dictionary's words (not their prefixes)."""
+        return (w for w in self.table.keys("") if self.tag(w) is not None)
 
 
-class _View:
-    """A read-only dict over the trie, with the words jieba adds at run time on top (its
-    ``add_word``): what jieba's code calls of the dicts it keeps."""
+class _Frequencies:
+    """jieba's ``Tokenizer.FREQ`` for tricache's own tokenizer: every word and every prefix of
+    one (frequency 0), and what jieba adds at run time on top."""
 
     def __init__(self, entries: _Entries) -> None:
         self._entries = entries
-        self._added: dict[str, Any] = {}
+        self._added: dict[str, int] = {}
 
     def get(self, word: str, default: Any = None) -> Any:
         if word in self._added:
             return self._added[word]
         record = self._entries.record(word)
-        return default if record is None else self._value(record, default)
+        return default if record is None else record[0]
 
-    def _value(self, record: tuple[int, int], default: Any) -> Any:
-        raise NotImplementedError
-
-    def __getitem__(self, word: str) -> Any:
-        value = self.get(word, _ABSENT)
-        if value is _ABSENT:
+    def __getitem__(self, word: str) -> int:
+        value = self.get(word)
+        if value is None:
             raise KeyError(word)
-        return value
+        return int(value)
 
     def __contains__(self, word: object) -> bool:
-        return isinstance(word, str) and self.get(word, _ABSENT) is not _ABSENT
+        return isinstance(word, str) and self.get(word) is not None
 
-    def __setitem__(self, word: str, value: Any) -> None:
-        self._added[word] = value
+    def __setitem__(self, word: str, freq: int) -> None:
+        self._added[word] = freq
 
-    def update(self, other: dict[str, Any]) -> None:
-        self._added.update(other)
+
+class _Tags(MutableMapping[str, str]):
+    """jieba.posseg's ``word_tag_tab`` (word → tag, dictionary words only) as a dict over the
+    table: what jieba and an app's own code may do with it (``add_word``, ``del``,
+    ``len``, iteration) behaves as on jieba's dict."""
+
+    def __init__(self, entries: _Entries) -> None:
+        self._entries = entries
+        self._added: dict[str, str] = {}
+        self._deleted: set[str] = set()  # dictionary words deleted at run time
+
+    def get(self, word: object, default: Any = None) -> Any:  # jieba's hot path: no raise
+        if word in self._added:
+            return self._added[word]  # type: ignore[index]
+        if word in self._deleted:
+            return default
+        tag = self._entries.tag(word)
+        return default if tag is None else tag
+
+    def __getitem__(self, word: str) -> str:
+        tag = self.get(word, _ABSENT)
+        if tag is _ABSENT:
+            raise KeyError(word)
+        return tag  # type: ignore[no-any-return]
+
+    def __setitem__(self, word: str, tag: str) -> None:
+        self._added[word] = tag
+        self._deleted.discard(word)
+
+    def __delitem__(self, word: str) -> None:
+        if self.get(word, _ABSENT) is _ABSENT:
+            raise KeyError(word)  # as a dict's
+        self._added.pop(word, None)
+        if self._entries.tag(word) is not None:
+            self._deleted.add(word)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._added
+        yield from (w for w in self._entries if w not in self._added and w not in self._deleted)
+
+    def __len__(self) -> int:
+        new = sum(self._entries.tag(w) is None for w in self._added)
+        return self._entries.words - len(self._deleted) + new
 
 
 _ABSENT = object()
-
-
-class _Frequencies(_View):
-    """jieba's ``Tokenizer.FREQ``: every word and every prefix of one (frequency 0)."""
-
-    def _value(self, record: tuple[int, int], default: Any) -> Any:
-        return record[0]
-
-
-class _Tags(_View):
-    """jieba.posseg's ``word_tag_tab``: word → tag, for dictionary words only."""
-
-    def _value(self, record: tuple[int, int], default: Any) -> Any:
-        return default if record[1] == _PREFIX_ONLY else self._entries.tags[record[1]]
 
 
 @lru_cache(maxsize=1)
 def tagger() -> Any:
     """jieba's part-of-speech tagger over the compact dictionary (``.lcut(text, HMM=...)``
     gives ``pair(word, flag)``), loaded once per process."""
+    imported_here = "jieba.posseg" not in sys.modules  # (else the app's may hold its changes)
     import jieba
     import jieba.posseg
 
@@ -104,12 +137,8 @@ def tagger() -> Any:
     tokenizer.total = entries.total
     tokenizer.initialized = True
     default = jieba.posseg.dt
-    if (
-        default.tokenizer.dictionary == jieba.DEFAULT_DICT
-        and type(default.word_tag_tab) is dict
-        and len(default.word_tag_tab) == entries.words
-    ):  # jieba's default tagger, as its import left it: the same entries, 40 MiB less
-        default.word_tag_tab = _Tags(entries)
+    if imported_here and default.tokenizer.dictionary == jieba.DEFAULT_DICT:
+        default.word_tag_tab = _Tags(entries)  # the same entries as its import read: 40 MiB less
     return _pos_tokenizer(jieba.posseg.POSTokenizer, tokenizer, _Tags(entries))
 
 
@@ -142,11 +171,16 @@ def _entries(jieba: Any) -> _Entries:
             yield _META + "tag" + tag, (index, 0)
 
     table = record_table("jieba", [source], "<IB", records)
-    tags = {key[len(_META) + 3 :]: table[key][0][0] for key in table.keys(_META + "tag")}
+    facts = {key[len(_META) :]: table.get(key) for key in table.keys(_META)}
+    if any(v is None for v in facts.values()) or not {"total", "words"} <= facts.keys():
+        raise RuntimeError("tricache: jieba's word table lacks its facts")
+    tags = {k[3:]: v[0] for k, v in facts.items() if k.startswith("tag") and v is not None}
     names = [""] * len(tags)
     for tag, index in tags.items():
         names[index] = tag
-    return _Entries(table, tuple(names), table[_META + "total"][0][0], table[_META + "words"][0][0])
+    total, words = facts["total"], facts["words"]
+    assert total is not None and words is not None
+    return _Entries(table, tuple(names), total[0], words[0])
 
 
 _META = "@@"  # keys of the table's own facts (jieba never looks up text with an "@")
