@@ -34,6 +34,7 @@ SETS = {
     "heldout7_issue23": "held-out round 7, written blind by a helper, run once, kept since",
     "heldout8_issue23": "held-out round 8, written blind by a helper, run once, kept since",
     "heldout9_issue23": "held-out round 9, written blind by a helper, run once, kept since",
+    "heldout10_issue23": "held-out round 10, written blind by a helper, run once, kept since",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 

@@ -12,11 +12,12 @@ The probe sets (``benchmarks/probes``, written for this repository):
   another American word (timbre / timber), a character of the same pinyin (协程 / 携程), one
   content word (hypo- / hyperthyroidism), permission against obligation and tense, fillers
   that carry meaning — each kind at least 25 pairs, English and Chinese;
-- ``heldout_issue23.tsv`` … ``heldout9_issue23.tsv``: nine held-out rounds written blind by
+- ``heldout_issue23.tsv`` … ``heldout10_issue23.tsv``: ten held-out rounds written blind by
   helpers (look-alikes of every kind above, swapped roles and particles in Chinese, blood types
   swapped, acronyms against names, a perfect against a future, a key or a flag in another
   case, the tense of a relative clause, 被 with its subject left out, 得 as "must", thanks or
-  please inside the phrase a question asks about), kept as regression sets once run.
+  please inside the phrase a question asks about, quoted or not), kept as regression sets once
+  run.
 
 Each set runs through the core API, through LangChain (``set_llm_cache`` with an oracle
 model whose answer is a digest of its prompt) and through the FAQ.
@@ -59,6 +60,7 @@ HELD_OUT = [
         "heldout7_issue23.tsv",
         "heldout8_issue23.tsv",
         "heldout9_issue23.tsv",
+        "heldout10_issue23.tsv",
     )
     for p in read_pairs(PROBES / name)
     if p.label == 0

@@ -280,14 +280,25 @@ def about_words(text: str) -> bool:
 
 def mentions_phrase(text: str) -> bool:
     """True for a question about words, or about a phrase to say or write ("How do I politely
-    say no, thanks?", "decline with no, thanks", "write yes, please in French"): its thanks and
-    its please are what it asks about, not discourse."""
-    return about_words(text) or _PHRASE.search(text) is not None
+    say no, thanks?", "decline with no, thanks", "write yes, please in French", "write "please
+    call me back" in Spanish"): its thanks and its please are what it asks about, not
+    discourse."""
+    return about_words(text) or any(p.search(text) for p in _PHRASE)
 
 
-_PHRASE = re.compile(
-    r"\b(?:say|write|reply|respond|answer|decline|greet|sign off|end)\b[^?？]*?[,，:：]",
-    re.IGNORECASE,
+_COURTESY_WORD = r"(?:please|thanks|thank|thx|sorry|kindly|cheers)\b"
+_PHRASE = (
+    re.compile(  # a phrase after a verb of saying, set off by a comma or a colon
+        r"\b(?:say|write|text|reply|respond|answer|decline|greet|sign off|end)\b[^?？]*?[,，:：]",
+        re.IGNORECASE,
+    ),
+    re.compile(  # a courtesy word right after a verb of saying: "write please call me back"
+        rf"\b(?:say|says|write|text|translate|reply|respond|answer|greet)\s+[\"“‘']?{_COURTESY_WORD}",
+        re.IGNORECASE,
+    ),
+    re.compile(  # a courtesy word inside quotes: "for 'please call me back'"
+        rf"(?:[\"“‘]|(?:^|\s)')[^\"”’]*?\b{_COURTESY_WORD}", re.IGNORECASE
+    ),
 )
 
 
