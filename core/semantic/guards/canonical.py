@@ -78,13 +78,16 @@ def canonical(question: str) -> str:
 @lru_cache(maxsize=20_000)
 def _canonical(question: str) -> str:
     text = question.strip()
+    about = mentions_phrase(text)  # a question about words keeps what may be its word
     embedded = False  # a lead-in took the clause's "if" / "whether"
     while True:
         opening = _OPENING.match(text)
+        if opening and about and not _SET_OFF_END.search(opening.group()):
+            opening = None  # "请问的意思是什么" asks what 请问 means
         stripped = text[opening.end() :] if opening else text
         if opening and _IF.search(opening.group()):
             embedded = True
-        if not mentions_phrase(stripped):  # "How do I say no, thanks?" asks about thanks
+        if not about:  # "How do I say no, thanks?" asks about thanks
             stripped = _CLOSING.sub("", stripped, count=1).rstrip(" ,;:，；：、-—")
         if stripped == text:
             break
@@ -95,6 +98,7 @@ def _canonical(question: str) -> str:
 
 
 _IF = re.compile(r"\b(?:if|whether)\W*$", re.IGNORECASE)
+_SET_OFF_END = re.compile(rf"{_PUNCT}$")
 # "… wondering if I can bring it" asks "can I bring it?"; "… know if you ship to Canada" asks
 # "do you ship to Canada?": the clause's subject and auxiliary change places back
 _SUBJECT = r"(?P<subject>i|you|we|they|he|she|it|there)"
