@@ -33,7 +33,7 @@ from .lexicon import (
     SET_OFF_ZH,
 )
 
-__all__ = ["canonical"]
+__all__ = ["about_its_words", "canonical"]
 
 _PUNCT = r"[\s,.!?:;…~\-–—，。！？：；、～]"
 
@@ -70,6 +70,12 @@ _CLOSING = re.compile(
 )
 
 
+def about_its_words(question: str) -> bool:
+    """A question about words, or about "this" text: its greetings and thanks may be what it
+    asks about ("Hi team, reverse this string", "老师好，用英语怎么说？")."""
+    return mentions_phrase(question) or _DEICTIC.search(question) is not None
+
+
 def canonical(question: str) -> str:
     """``question`` without the discourse around it (see the module); memoized."""
     return _canonical(question) if len(question) <= 2000 else question.strip()
@@ -78,16 +84,19 @@ def canonical(question: str) -> str:
 @lru_cache(maxsize=20_000)
 def _canonical(question: str) -> str:
     text = question.strip()
-    about = mentions_phrase(text)  # a question about words keeps what may be its word
+    # a question about words, or about "this" text, keeps what may be its words: "Hi team,
+    # reverse this string", "老师好，用英语怎么说？"
+    about = about_its_words(text)
+    phrase = mentions_phrase(text)
     embedded = False  # a lead-in took the clause's "if" / "whether"
     while True:
         opening = _OPENING.match(text)
-        if opening and about and not _SET_OFF_END.search(opening.group()):
+        if opening and about:
             opening = None  # "请问的意思是什么" asks what 请问 means
         stripped = text[opening.end() :] if opening else text
         if opening and _IF.search(opening.group()):
             embedded = True
-        if not about:  # "How do I say no, thanks?" asks about thanks
+        if not phrase:  # "How do I say no, thanks?" asks about thanks
             stripped = _CLOSING.sub("", stripped, count=1).rstrip(" ,;:，；：、-—")
         if stripped == text:
             break
@@ -98,7 +107,11 @@ def _canonical(question: str) -> str:
 
 
 _IF = re.compile(r"\b(?:if|whether)\W*$", re.IGNORECASE)
-_SET_OFF_END = re.compile(rf"{_PUNCT}$")
+_DEICTIC = re.compile(
+    r"\b(?:this|these|here|above|below)\b|这句|这段|这个词|这个字|这几个字|[这那][两三四五六七八九十几]个字"
+    r"|这个称呼|这样开头|前面|上面|这里|这条消息|这句话",
+    re.IGNORECASE,
+)
 # "… wondering if I can bring it" asks "can I bring it?"; "… know if you ship to Canada" asks
 # "do you ship to Canada?": the clause's subject and auxiliary change places back
 _SUBJECT = r"(?P<subject>i|you|we|they|he|she|it|there)"

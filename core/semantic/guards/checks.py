@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from ...key.forms import case_differs, folded, literals, mentions_phrase, unify
+from ...key.forms import case_differs, folded, literals, unify
 from ...key.words import is_lower_case_word, known
 from ...runtime.exit import checkpoint
 from . import entities
-from .canonical import canonical
+from .canonical import about_its_words, canonical
 from .lexicon import (
     ANTONYMS_EN,
     ANTONYMS_ZH,
@@ -521,14 +521,15 @@ _ORDER_PERSONS = {
 def _content(a: Analysis) -> list[str]:
     # In Chinese text a Latin letter is a name ("A比B"), never the English article; in English
     # a stopword the rules found as a name is one too ("blood type A")
-    kept = _COURTESY if mentions_phrase(a.text) else frozenset()  # "say yes, please"
+    kept = _COURTESY if about_its_words(a.text) else frozenset()  # "say yes, please"
     if a.zh:
         return [t for t in a.tokens if t not in STOPWORDS_ZH or t in kept]
     return [t for t in a.tokens if t not in STOPWORDS_EN or t in a.entities or t in kept]
 
 
 _COURTESY = frozenset(
-    "please thanks thank thx sorry hi hello bye regards cheers 请 谢谢 不用".split()
+    "please thanks thank thx sorry hi hello hey dear bye regards cheers 请 谢谢 不用 你好 您好 "
+    "你们好 大家好 哈喽 嗨 在吗 在 吗 求问 请问".split()
 )
 
 
@@ -610,7 +611,7 @@ def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:
 def _content_stems(a: Analysis) -> list[str]:
     """Content words, stemmed; numbers are left to the number guard."""
     skip = FILLERS_ZH | PRONOUNS_ZH if a.zh else FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
-    if mentions_phrase(a.text):  # "How do you write yes, please in French?": please is asked
+    if about_its_words(a.text):  # "How do you write yes, please in French?": please is asked
         skip = skip - FILLERS_ZH - FILLERS_EN
     out = []
     for token in _content(a):
@@ -646,8 +647,19 @@ def _within(word: str, b: Analysis) -> bool:
 
 def literal(a: Analysis, b: Analysis) -> str | None:
     """ "`ls -R`" vs "`ls -r`", "\\W" vs "\\w", "10³" vs "103", an emoji with or without its
-    joiners: code, flags, math and symbols are never paraphrased, so they must be identical."""
-    return "literal" if a.literals != b.literals else None
+    joiners: code, flags, math and symbols are never paraphrased, so they must be identical;
+    and so must what both questions put in quotes ("break a leg" / "break the leg")."""
+    if a.literals != b.literals:
+        return "literal"
+    quoted_a, quoted_b = _quoted(a.text), _quoted(b.text)
+    return "literal" if quoted_a and quoted_b and quoted_a != quoted_b else None
+
+
+def _quoted(text: str) -> list[str]:
+    return [" ".join(filter(None, m.groups())).strip() for m in _QUOTES.finditer(text)]
+
+
+_QUOTES = re.compile(r"[\"“”]([^\"“”]+)[\"“”]|(?:^|\s)['‘]([^'‘’]+)['’]")
 
 
 def apostrophe(a: Analysis, b: Analysis) -> str | None:

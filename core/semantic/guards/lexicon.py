@@ -202,8 +202,7 @@ LEAD_INS_EN = (
     "any idea; any ideas"
 )
 SET_OFF_EN = (
-    "hi; hello; hey; hiya; greetings; hi team; hello team; hey team; hi folks; hello folks; "
-    "dear team; er; hm; if you don't mind; if you do not mind; if "
+    "hi; hello; hey; hiya; greetings; er; hm; if you don't mind; if you do not mind; if "
     "possible; well; ok; okay; alright; anyway; also; basically; "
     "actually; honestly; help; please help; help please; can you help; can you help me; could "
     "you help me; i need help; need help; question"
@@ -221,12 +220,11 @@ OPENINGS_ZH = (
     "请问; 请问一下; 麻烦问一下; 麻烦问下; 想问一下; 想问下; 我想问一下; 我想问下; 我想问; 问一下; 请教一下; 想请教一下; 我想请教一下; "
     "打扰一下; 不好意思打扰一下; 我想知道; 想知道; 我想了解一下; 想了解一下; 我有个问题; "
     "有个问题; 问个问题; 请告诉我; 告诉我; 能告诉我; 能不能告诉我; 可以告诉我; 谁知道; 有谁知道; 有没有人知道; 麻烦你; 麻烦您; "
-    "咨询一下; 想咨询一下; 我想咨询一下; 请问一下大家; 问一下大家; 请问大家; 求问"
+    "咨询一下; 想咨询一下; 我想咨询一下; 请问一下大家; 问一下大家; 请问大家"
 )
 SET_OFF_ZH = (
     "那个; 这个; 就是; 就是说; 嗯; 呃; 额; 哦; 喂; 嗨; 亲; 亲亲; 那么; 然后; 对了; 话说; 麻烦; 你好; 您好; 你们好; 大家好; 哈喽; "
-    "不好意思; 打扰了; 你好呀; 您好呀; 你好啊; 老师好; 老师你好; 老师您好; 医生你好; 医生您好; 大夫你好; 大夫您好; "
-    "客服你好; 客服您好; 律师你好; 律师您好; 在吗; 亲在吗"
+    "不好意思; 打扰了"
 )
 CLOSINGS_ZH = (
     "谢谢; 谢谢你; 谢谢您; 谢谢了; 谢谢啦; 谢谢哈; 谢啦; 多谢; 感谢; 非常感谢; 万分感谢; 先谢谢了; 提前谢谢; 麻烦了; 麻烦你了; 麻烦您了; 拜托了; "
