@@ -35,7 +35,7 @@ SETS = {
     "heldout8_issue23": "held-out round 8, written blind by a helper, run once, kept since",
     "heldout9_issue23": "held-out round 9, written blind by a helper, run once, kept since",
     "heldout10_issue23": "held-out round 10, written blind by a helper, run once, kept since",
-    "heldout11_issue23": "held-out round 11 (greetings), written blind; 7 look-alikes still open",
+    "heldout11_issue23": "held-out round 11 (greetings), written blind; 5 look-alikes still open",
     "reworded_pairs": "rewordings users type and their look-alikes (issue #16)",
 }
 

@@ -350,6 +350,9 @@ def order(a: Analysis, b: Analysis) -> str | None:
     "the mild version … the original edition")."""
     if a.zh and b.zh and _zh_reordered(a, b):
         return "order"  # (by where words stand: jieba may split the two texts apart)
+    owned_b = set(_POSSESSIVE.findall(b.text))
+    if any((y, x) in owned_b and x != y for x, y in _POSSESSIVE.findall(a.text)):
+        return "order"  # "a husband's brother" / "a brother's husband"
     seq_a, seq_b = _order_sequence(a), _order_sequence(b)
     common = Counter(seq_a) & Counter(seq_b)
     if sum(common.values()) < 2:
@@ -379,6 +382,9 @@ def order(a: Analysis, b: Analysis) -> str | None:
     if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
         return None if _rotation(permutation) else "order"
     return None if permutation == sorted(permutation) else "order"
+
+
+_POSSESSIVE = re.compile(r"\b([a-z]+)['’]s\s+([a-z]+)\b")
 
 
 def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
