@@ -771,22 +771,18 @@ def _bench_tricache_workers(
                 store_mb[(label, size)] = _store_mb(kind, where, namespace, baseline)
                 info = _index_info(where, tier.index.index)  # type: ignore[attr-defined]
                 notes.append(f"{label}, {size}: the server's index {info}")
-                spec.update(probes=_probe_slices(probes, args.probes, 1))
-                spec["lag_rounds"] = args.lag_rounds
-                reports, lags = _run_workers(spec)
-                rows.append(_summary(kind, size, "one shared index (HNSW)", reports, lags))
+                state = "one shared index (HNSW)"
+            else:
+                reports, _ = _run_workers(spec)
+                rows.append(_summary(kind, size, "cold start: fresh slots", reports, []))
                 _print_row(rows[-1])
-                started = time.perf_counter()
-                continue
-            reports, _ = _run_workers(spec)
-            rows.append(_summary(kind, size, "cold start: fresh slots", reports, []))
-            _print_row(rows[-1])
-            top_up(parent, CATCH_UP, rng, args.fillers)  # written while the workers are down
-            store_mb[(label, size)] = _store_mb(kind, where, namespace)
-            spec.update(probes=_probe_slices(probes, args.probes, 1))
-            spec["lag_rounds"] = args.lag_rounds
+                top_up(parent, CATCH_UP, rng, args.fillers)  # written while the workers are down
+                store_mb[(label, size)] = _store_mb(kind, where, namespace)
+                state = "restart: slots reused"
+            # the timed run: other probes, and the write-to-visible lag
+            spec.update(probes=_probe_slices(probes, args.probes, 1), lag_rounds=args.lag_rounds)
             reports, lags = _run_workers(spec)
-            rows.append(_summary(kind, size, "restart: slots reused", reports, lags))
+            rows.append(_summary(kind, size, state, reports, lags))
             _print_row(rows[-1])
             started = time.perf_counter()
     finally:

@@ -86,8 +86,8 @@ def _canonical(question: str) -> str:
     text = question.strip()
     # a question about words, or about "this" text, keeps what may be its words: "Hi team,
     # reverse this string", "老师好，用英语怎么说？"
-    about = about_its_words(text)
     phrase = mentions_phrase(text)
+    about = phrase or _DEICTIC.search(text) is not None  # (about_its_words)
     embedded = False  # a lead-in took the clause's "if" / "whether"
     while True:
         opening = _OPENING.match(text)

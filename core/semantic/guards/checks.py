@@ -84,6 +84,7 @@ class Analysis:
     wh: frozenset[str]  # when/where/who/why and their Chinese forms
     literals: tuple[str, ...]  # symbols, code, flags, math (forms.literals)
     typed: str  # the question as typed, in its canonical form (the case guard reads it)
+    about_words: bool  # about words, a phrase or "this" text: its courtesy words are content
 
 
 @lru_cache(maxsize=20_000)
@@ -107,6 +108,7 @@ def analyze(question: str, typed: str | None = None) -> Analysis:
         wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
         literals=literals(question),
         typed=question if typed is None else typed,
+        about_words=about_its_words(folded),
     )
 
 
@@ -527,7 +529,7 @@ _ORDER_PERSONS = {
 def _content(a: Analysis) -> list[str]:
     # In Chinese text a Latin letter is a name ("A比B"), never the English article; in English
     # a stopword the rules found as a name is one too ("blood type A")
-    kept = _COURTESY if about_its_words(a.text) else frozenset()  # "say yes, please"
+    kept = _COURTESY if a.about_words else frozenset()  # "say yes, please"
     if a.zh:
         return [t for t in a.tokens if t not in STOPWORDS_ZH or t in kept]
     return [t for t in a.tokens if t not in STOPWORDS_EN or t in a.entities or t in kept]
@@ -617,7 +619,7 @@ def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:
 def _content_stems(a: Analysis) -> list[str]:
     """Content words, stemmed; numbers are left to the number guard."""
     skip = FILLERS_ZH | PRONOUNS_ZH if a.zh else FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
-    if about_its_words(a.text):  # "How do you write yes, please in French?": please is asked
+    if a.about_words:  # "How do you write yes, please in French?": please is asked
         skip = skip - FILLERS_ZH - FILLERS_EN
     out = []
     for token in _content(a):
@@ -812,8 +814,10 @@ def modality(a: Analysis, b: Analysis) -> str | None:
             x and y and x != y for x, y in zip(clauses_a, clauses_b, strict=True)
         ):
             return "modality"
-    elif _aspect_zh(a) and _aspect_zh(b) and _aspect_zh(a) != _aspect_zh(b):
-        return "modality"  # 得过新冠 (ever had it) / 得了新冠 (has it now)
+    else:
+        aspects = {_aspect_zh(a), _aspect_zh(b)}
+        if len(aspects) == 2 and None not in aspects:
+            return "modality"  # 得过新冠 (ever had it) / 得了新冠 (has it now)
     return None
 
 
