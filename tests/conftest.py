@@ -4,6 +4,7 @@ and private valkey-servers with the Redis query engine (RediSearch) loaded."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import socket
 import subprocess
@@ -20,7 +21,11 @@ import redis
 from tricache import Cache
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# the labelled sets beside the clone (../shared/data), or where TRICACHE_SHARED_DATA says
+SHARED_DATA = Path(
+    os.environ.get("TRICACHE_SHARED_DATA")
+    or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -251,7 +251,10 @@ def test_after_a_warm_up_of_traffic_no_look_alike_is_served(tmp_path: Path) -> N
     """3,000 CLINC150 queries (a stand-in model answers each with its intent's answer) teach
     the pool a threshold under the calibrated one; then every look-alike pair of the probe
     suites, in that very pool, never gets the answer of the question it looks like."""
-    rows = (SHARED_DATA / "clinc150" / "clinc150_test.tsv").read_text("utf-8").splitlines()[1:]
+    path = SHARED_DATA / "clinc150" / "clinc150_test.tsv"
+    if not path.exists():
+        pytest.skip(f"shared data not found: {path}")
+    rows = path.read_text("utf-8").splitlines()[1:]
     traffic = [r.split("\t") for r in rows]
     random.Random(0).shuffle(traffic)
     with _cache(tmp_path / "warm.sqlite3") as cache:
