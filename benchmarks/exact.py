@@ -114,7 +114,7 @@ def main() -> None:
     ns = f"bench{uuid.uuid4().hex[:8]}"
 
     # L1 hit vs a plain dict lookup of the same payload
-    cache = Cache(l2=False, namespace=ns, semantic=False, faq=False)
+    cache = Cache(store=False, namespace=ns, semantic=False, faq=False)
     request = cache.request(QUERY, system="You are a support bot.", llm_key="model-x|t=0")
     cache.update(request, ANSWER, {"usage": {"total_tokens": 512}})
     plain = {"k": CacheEntry(ANSWER, {"usage": {"total_tokens": 512}})}

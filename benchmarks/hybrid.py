@@ -25,7 +25,8 @@ import numpy as np
 from semantic_quality import SETS
 
 from tricache.semantic.embed import get_embedder
-from tricache.semantic.guards.checks import analyze, check
+from tricache.semantic.guards.analysis import analyze
+from tricache.semantic.guards.checks import check
 from tricache.semantic.tier import CALIBRATED_THRESHOLDS
 from tricache.tools.evaluate import read_pairs
 

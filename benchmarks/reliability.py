@@ -33,7 +33,7 @@ from langchain_core.outputs import Generation
 from procs import storm
 
 from langchain_tricache import TriCache
-from tricache import Cache, Exact, Semantic
+from tricache import Cache, Exact, Redis, Semantic
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -490,7 +490,7 @@ def fork_after_use(workdir: Path) -> dict[str, Any]:
     for child in children:
         child.join(60)
     index = parent.semantic.index  # type: ignore[union-attr]
-    parent._warming.upkeep()  # the answers children stored while warming up (their journal)
+    parent.tiers.upkeep()  # the answers children stored while warming up (their journal)
     index.sync()  # what the children indexed before exiting reaches the parent's replica
     after = index.count()
     stored = sum(1 for _ in parent.exact.store.scan_points(parent.namespace))  # type: ignore[union-attr]
@@ -555,8 +555,8 @@ def cancellation_storm() -> dict[str, Any]:
             return await super().ainvoke(input, config, **kwargs)
 
     namespace = f"storm{time.time_ns()}"
-    cache = Cache(redis_url="redis://127.0.0.1:6379/0", namespace=namespace, semantic=False,
-                  faq=False, timeout=2)  # fmt: skip
+    cache = Cache(store=Redis("redis://127.0.0.1:6379/0", timeout=2), namespace=namespace,
+                  semantic=False, faq=False)  # fmt: skip
     inner = SlowModel(responses=["Lima."])
     model = CachedChatModel(inner=inner, tricache=cache, coalesce_timeout=60)
     rng = random.Random(14)

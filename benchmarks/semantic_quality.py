@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tricache.semantic.guards import entities
-from tricache.semantic.guards.checks import use_entity_recognizer
+from tricache.semantic.guards.analysis import use_entity_recognizer
 from tricache.tools.evaluate import evaluate_pairs, read_pairs
 
 SETS = {

@@ -23,13 +23,12 @@ from semantic_quality import SETS
 from sklearn.linear_model import LogisticRegression
 
 from tricache.semantic.embed import get_embedder
+from tricache.semantic.guards.analysis import Analysis, analyze
 from tricache.semantic.guards.checks import (
     DEFAULT_GUARDS,
-    Analysis,
     _content_stems,
     _unmatched,
     added_content,
-    analyze,
     check,
     substitution,
 )

@@ -8,20 +8,28 @@ The public surface::
     req = cache.request("How do I reset my password?", system="You are a helpdesk bot.")
     if (hit := cache.lookup(req)) is None:
         cache.update(req, call_the_llm(req))
+
+Where to look: ``cache.py`` (the lookup order and the admin verbs), ``tiers.py`` (opening the
+semantic tier and the FAQ), ``key/`` (what makes a key), ``exact/``, ``semantic/``, ``faq/``,
+``kv/`` (the tiers), ``stores/`` (SQLite, Redis), ``settings.py`` (every option and default).
 """
 
+from typing import TYPE_CHECKING, Any
+
+from .cache import Cache
+from .exact.coalesce import Coalescer
+from .exact.link import StoreUnavailable
 from .exact.policy import TtlPolicy
-from .exact.tier import ExactTier, StoreUnavailable
 from .exact.versions import Stamp
-from .key.entry import CacheEntry, CorruptEntry
-from .key.forms import same_question
-from .key.normalize import normalize
-from .key.request import CacheRequest, Turn, context_fingerprint, exact_key
-from .ops.breaker import CircuitBreaker
+from .hit import Hit
+from .key.entry import CacheEntry
+from .key.request import CacheRequest, Turn
 from .ops.metrics import Metrics
-from .runtime.home import data_dir
-from .settings import Exact, Faq, Learn, Semantic
-from .stack import Cache, Hit
+from .semantic.guards.checks import Guard
+from .settings import Exact, Faq, Learn, Qdrant, Redis, Reranker, Semantic
+
+if TYPE_CHECKING:
+    from .faq.store import FaqEntry
 
 __version__ = "0.1.0"
 
@@ -29,23 +37,52 @@ __all__ = [
     "Cache",
     "CacheEntry",
     "CacheRequest",
-    "CircuitBreaker",
-    "CorruptEntry",
+    "Coalescer",
     "Exact",
-    "ExactTier",
     "Faq",
+    "FaqEntry",
+    "Guard",
     "Hit",
     "Learn",
     "Metrics",
+    "Qdrant",
+    "Redis",
+    "Reranker",
     "Semantic",
     "Stamp",
     "StoreUnavailable",
     "TtlPolicy",
     "Turn",
     "__version__",
-    "context_fingerprint",
-    "data_dir",
-    "exact_key",
-    "normalize",
-    "same_question",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FaqEntry":  # (numpy loads with the FAQ, not with ``import tricache``)
+        from .faq.store import FaqEntry
+
+        return FaqEntry
+    if name in _MOVED:  # internals this module exported before 0.2: one more release
+        import importlib
+        import warnings
+
+        module = _MOVED[name]
+        warnings.warn(
+            f"tricache.{name} is internal: import it from {module}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'tricache' has no attribute {name!r}")
+
+
+_MOVED = {
+    "CircuitBreaker": "tricache.ops.breaker",
+    "CorruptEntry": "tricache.key.entry",
+    "ExactTier": "tricache.exact.tier",
+    "context_fingerprint": "tricache.key.request",
+    "data_dir": "tricache.runtime.home",
+    "exact_key": "tricache.key.request",
+    "normalize": "tricache.key.normalize",
+    "same_question": "tricache.key.forms",
+}

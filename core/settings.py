@@ -4,29 +4,73 @@ The common case needs none of them::
 
     Cache()                                   # embedded: SQLite + a local vector replica
     Cache(redis_url="redis://cache:6379/0")   # shared by every process that uses this Redis
+    Cache(store=Redis("redis://cache:6379/0", cluster=True, timeout=0.1))
+    Cache(path="/srv/app/cache.sqlite3")      # SQLite there; the FAQ and vectors beside it
     Cache(exact=Exact(ttl=TtlPolicy(default=600)), semantic=Semantic(threshold=0.95))
+    Cache(semantic=Semantic(index=Qdrant("http://qdrant:6333")))
     Cache(semantic=False, faq=False)          # the exact tier only
 
-Where the stores are (``redis_url``, ``path``, ``qdrant_url``), who asks (``namespace``,
-``tenant``) and what may be cached (``cacheable``, ``volatile_context``) stay arguments of
-``Cache`` itself.
+Where the L2 store is (``store=``: ``Redis(...)``, a store object, or ``False`` for none;
+``redis_url=`` is the shortcut for ``Redis(url)``; the default is SQLite at ``path``), who
+asks (``namespace``, ``tenant``) and what may be cached (``cacheable``,
+``volatile_context``) stay arguments of ``Cache`` itself.  Every default is written here,
+once: the tiers take these objects.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .exact.policy import TtlPolicy
 from .semantic.guards.checks import DEFAULT_GUARDS, Guard
+from .stores.base import L2Store
 
-if TYPE_CHECKING:
-    from .semantic.tier import Reranker
+# A re-ranker scores (question, candidate questions); a candidate under
+# ``Semantic(rerank_threshold=...)`` is refused (a cross-encoder, say).
+Reranker = Callable[[str, Sequence[str]], Sequence[float]]
 
-__all__ = ["Exact", "Faq", "Learn", "Semantic"]
+__all__ = [
+    "Exact",
+    "Faq",
+    "Learn",
+    "Qdrant",
+    "Redis",
+    "Reranker",
+    "Resolved",
+    "Semantic",
+    "resolve",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Redis:
+    """L2 in Redis (``cluster=True``: Redis Cluster), shared by every process that uses it.
+    ``timeout``: seconds a store call may take before it counts as a miss."""
+
+    url: str
+    cluster: bool = False
+    timeout: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise TypeError("Redis(url) takes a redis:// or rediss:// URL")
+
+
+@dataclass(frozen=True, slots=True)
+class Qdrant:
+    """The semantic tier's vectors in a Qdrant server or cluster (``url``), or through a
+    ``qdrant_client.QdrantClient`` the app made (``client``, used when both are given)."""
+
+    url: str | None = None
+    client: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.url and self.client is None:
+            raise TypeError("Qdrant() takes a url or a client")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +126,18 @@ class Semantic:
     audit: bool = True  # record every decision (hashed) for calibration
     vector_path: str | Path | None = None  # where this machine's replicas of the index live
     learn: Learn | None = None  # learn decisions from the app's traffic (off: the threshold)
-    # where the vectors are searched: "auto" (the Redis query engine when redis_url points at a
-    # server that has it, else each process's replica), "replica" or "redis-search"
-    index: str = "auto"
+    # where the vectors are searched: "auto" (the Redis query engine when the store is a Redis
+    # that has it, else each process's replica), "replica", "redis-search", or Qdrant(...)
+    index: str | Qdrant = "auto"
 
     def __post_init__(self) -> None:
-        if self.index not in ("auto", "replica", "redis-search"):
-            raise ValueError("Semantic(index=...) is 'auto', 'replica' or 'redis-search'")
+        if not isinstance(self.index, Qdrant) and self.index not in _INDEXES:
+            raise ValueError(
+                "Semantic(index=...) is 'auto', 'replica', 'redis-search' or Qdrant(url)"
+            )
+
+
+_INDEXES = ("auto", "replica", "redis-search")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +150,104 @@ class Faq:
     learn: Learn | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a ``Cache`` was given, worked out: where L2 is and each tier's options."""
+
+    store: Redis | L2Store | None  # None: SQLite at ``path`` (when ``l2``)
+    l2: bool  # False: L1 only
+    path: str | Path | None  # the SQLite file, with the FAQ and the vector replicas beside it
+    exact: Exact
+    semantic: Semantic | None  # None: off
+    faq: Faq | None
+
+
+def resolve(
+    *,
+    store: Redis | L2Store | bool | None,
+    redis_url: str | None,
+    path: str | Path | None,
+    exact: Exact | None,
+    semantic: Semantic | bool,
+    faq: Faq | bool,
+    legacy: Mapping[str, Any],
+) -> Resolved:
+    """The settings of one ``Cache``, with the keywords of earlier releases folded in (one
+    ``DeprecationWarning`` naming their new home); an unknown keyword is a ``TypeError``."""
+    unknown = sorted(set(legacy) - set(_LEGACY) - set(_LEGACY_STORE) - {"history_turns"})
+    if unknown:
+        raise TypeError(f"Cache() got unexpected keyword arguments: {', '.join(unknown)}")
+    if legacy.get("history_turns") is not None:
+        warnings.warn(
+            "history_turns is ignored: keys cover the whole conversation",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    old = {k: v for k, v in legacy.items() if k != "history_turns"}
+    if old:
+        warnings.warn(
+            "pass the tiers' options as settings objects ("
+            + ", ".join(f"{k}= → {_moved_to(k)}" for k in sorted(old))
+            + "); the old keywords go in the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    exact_ = _setting(exact, Exact, "exact") or Exact()
+    semantic_ = _setting(semantic, Semantic, "semantic")
+    faq_ = _setting(faq, Faq, "faq")
+    by_kind: dict[type, dict[str, Any]] = {Exact: {}, Semantic: {}, Faq: {}}
+    for name, value in old.items():
+        if name in _LEGACY:
+            kind, field = _LEGACY[name]
+            by_kind[kind][field] = value
+    if old.get("qdrant_url") or old.get("qdrant_client") is not None:
+        by_kind[Semantic]["index"] = Qdrant(old.get("qdrant_url"), old.get("qdrant_client"))
+    if faq_ is not None and faq_.learn is not None and semantic_ is None:
+        raise ValueError("Faq(learn=...) learns through the semantic tier: keep it on")
+    l2 = store is not False and old.get("l2", True) is not False
+    return Resolved(
+        _store(store, redis_url, old) if l2 else None,
+        l2,
+        path,
+        replace(exact_, **by_kind[Exact]),
+        replace(semantic_, **by_kind[Semantic]) if semantic_ is not None else None,
+        replace(faq_, **by_kind[Faq]) if faq_ is not None else None,
+    )
+
+
+def _store(
+    store: Redis | L2Store | bool | None, redis_url: str | None, old: Mapping[str, Any]
+) -> Redis | L2Store | None:
+    if redis_url:
+        if store not in (None, True):
+            raise TypeError("Cache() takes store= or redis_url=, not both")
+        options = {k: old[k] for k in ("cluster", "timeout") if k in old}
+        return Redis(redis_url, **options)
+    return None if isinstance(store, bool) else store  # True: the default, SQLite
+
+
+def _setting(value: Any, kind: type, name: str) -> Any:
+    """``value`` as a settings object of ``kind``: ``True``/``None`` the defaults, ``False``
+    off (``None``); anything else is a ``TypeError``."""
+    if value is True:
+        return kind()
+    if value is False or value is None:
+        return None
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}= takes a {kind.__name__}(...) or True/False, not {value!r}")
+    return value
+
+
+def _moved_to(name: str) -> str:
+    if name in _LEGACY:
+        return f"{_LEGACY[name][0].__name__}(...)"
+    return _LEGACY_STORE[name]
+
+
+# The defaults, for the tiers' own constructors (one place: the settings objects).
+DEFAULT_SEMANTIC = Semantic()
+DEFAULT_FAQ = Faq()
+
 # Keyword arguments ``Cache`` took before the settings objects: kept for one release.
 _LEGACY: dict[str, tuple[type, str]] = {
     **{f.name: (Exact, f.name) for f in fields(Exact)},
@@ -109,31 +256,10 @@ _LEGACY: dict[str, tuple[type, str]] = {
     "faq_threshold": (Faq, "threshold"),
 }
 del _LEGACY["learn"], _LEGACY["index"]  # new: never keywords of Cache
-
-
-def from_legacy(
-    legacy: Mapping[str, Any], exact: Exact, semantic: Semantic | None, faq: Faq | None
-) -> tuple[Exact, Semantic | None, Faq | None]:
-    """Fold old keyword arguments into the settings objects, with one ``DeprecationWarning``
-    naming their new home; an unknown keyword is a ``TypeError`` as it always was."""
-    unknown = sorted(set(legacy) - set(_LEGACY))
-    if unknown:
-        raise TypeError(f"Cache() got unexpected keyword arguments: {', '.join(unknown)}")
-    if not legacy:
-        return exact, semantic, faq
-    moved = ", ".join(f"{name}= → {_LEGACY[name][0].__name__}(...)" for name in sorted(legacy))
-    warnings.warn(
-        f"pass the tiers' options as settings objects ({moved}); the old keywords go in the "
-        "next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    by_kind: dict[type, dict[str, Any]] = {Exact: {}, Semantic: {}, Faq: {}}
-    for name, value in legacy.items():
-        kind, field = _LEGACY[name]
-        by_kind[kind][field] = value
-    return (
-        replace(exact, **by_kind[Exact]),
-        replace(semantic, **by_kind[Semantic]) if semantic is not None else None,
-        replace(faq, **by_kind[Faq]) if faq is not None else None,
-    )
+_LEGACY_STORE = {
+    "cluster": "store=Redis(url, cluster=...)",
+    "timeout": "store=Redis(url, timeout=...)",
+    "l2": "store=False",
+    "qdrant_url": "Semantic(index=Qdrant(url))",
+    "qdrant_client": "Semantic(index=Qdrant(client=...))",
+}

@@ -4,7 +4,7 @@ from langchain_core.globals import set_llm_cache
 from langchain_tricache import TriCache
 
 set_llm_cache(TriCache())                        # embedded, no server
-set_llm_cache(TriCache(redis_url="redis://cache:6379/0", qdrant_url="http://qdrant:6333"))
+set_llm_cache(TriCache(redis_url="redis://cache:6379/0"))  # shared by every app instance
 
 model = CachedChatModel(inner=ChatOpenAI(...))   # + streaming, coalescing, tier metadata
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,6 @@ from tricache.key.tenancy import current_tenant, tenant
 
 from .convert import (
     generations_from_payload,
-    hit_info,
     llm_key,
     model_name,
     parse_prompt,
@@ -43,11 +43,11 @@ class TriCache(BaseCache):
     chain that ends in a parser, :func:`langchain_tricache.tricache_tiers` reports the tiers.
     ``stats()`` gives the cache's counters.
 
-    ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=..., qdrant_url=...)``
-    shares the tiers between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
-    a ready one: ``TriCache(cache=Cache(...))``.  A lookup never raises for store trouble or an
-    odd prompt: it is a miss.  Answers with tool calls or cut off are served to the same prompt
-    only, unless ``tool_calls_to_look_alikes=True``.
+    ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=...)`` shares the tiers
+    between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
+    a ready one: ``TriCache(cache=Cache(...))``; either way it is ``.tricache``.  A lookup never
+    raises for store trouble or an odd prompt: it is a miss.  Answers with tool calls or cut off
+    are served to the same prompt only, unless ``tool_calls_to_look_alikes=True``.
     """
 
     def __init__(
@@ -58,62 +58,69 @@ class TriCache(BaseCache):
         tag_hits: bool = True,
         **options: Any,
     ) -> None:
-        self.core = cache if cache is not None else Cache(**options)
+        self.tricache = cache if cache is not None else Cache(**options)
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
         self.tag_hits = tag_hits
+
+    @property
+    def core(self) -> Cache:
+        """Deprecated: ``tricache`` (the same :class:`tricache.Cache`)."""
+        warnings.warn("TriCache.core is now TriCache.tricache", DeprecationWarning, stacklevel=2)
+        return self.tricache
 
     # sync ----------------------------------------------------------------------------------
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
         request, semantic = self._request(prompt, llm_string)
         if request is None:
             return None
-        return self._generations(self.core.lookup(request, semantic=semantic), _is_chat(prompt))
+        return self._generations(self.tricache.lookup(request, semantic=semantic), _is_chat(prompt))
 
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
             request, text, payload, semantic = stored
-            self.core.update(
+            self.tricache.update(
                 request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
                 model=model_name(llm_string),
             )  # fmt: skip
 
     def clear(self, **kwargs: Any) -> None:
-        self.core.clear()
+        self.tricache.clear()
 
     # async ---------------------------------------------------------------------------------
     async def alookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
         request, semantic = self._request(prompt, llm_string)
         if request is None:
             return None
-        hit = await self.core.alookup(request, semantic=semantic)
+        hit = await self.tricache.alookup(request, semantic=semantic)
         return self._generations(hit, _is_chat(prompt))
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
             request, text, payload, semantic = stored
-            await self.core.aupdate(
+            await self.tricache.aupdate(
                 request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
                 model=model_name(llm_string),
             )  # fmt: skip
 
     async def aclear(self, **kwargs: Any) -> None:
-        await asyncio.to_thread(self.core.clear)
+        await asyncio.to_thread(self.tricache.clear)
 
     def stats(self) -> dict[str, Any]:
-        """The core cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
-        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
-        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
-        warm-up's duration.  Counted in this process, for every model using this cache."""
-        return self.core.stats()
+        """The counters of ``tricache`` (the core cache), as :meth:`tricache.Cache.stats` gives
+        them: per tier (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``,
+        ``misses``, ``writes`` …) and latency percentiles, and under ``"store"`` the stores in
+        use and the warm-up's duration.  Counted in this process, for every model using this
+        cache."""
+        return self.tricache.stats()
 
     def close(self) -> None:
-        """Close the core cache (its stores and threads)."""
-        self.core.close()
+        """Close ``tricache``, the core cache (its stores and threads)."""
+        self.tricache.close()
 
     async def aclose(self) -> None:
-        await self.core.aclose()
+        await self.tricache.aclose()
 
     # conversions ---------------------------------------------------------------------------
     def _request(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
@@ -121,7 +128,7 @@ class TriCache(BaseCache):
             raise TypeError("prompt and llm_string must be str")
         try:
             parsed = parse_prompt(prompt)
-            request = self.core.request(
+            request = self.tricache.request(
                 parsed.query,
                 system=parsed.system,
                 history=parsed.history,
@@ -149,23 +156,23 @@ class TriCache(BaseCache):
         """A hit as fresh LangChain generations tagged with the tier; ``None`` for a miss."""
         if hit is None:
             return None
-        info = hit_info(hit)
+        info = hit.metadata()
         if hit.tier == "faq":  # a curated answer: plain text, shaped for the caller
             if chat:
                 message = AIMessage(hit.text, response_metadata={"tricache": info})
                 return [ChatGeneration(message=message)]
             return [Generation(text=hit.text, generation_info={"tricache": info})]
-        return served(self.core, hit.payload, info if self.tag_hits else None)
+        return served(self.tricache, hit.payload, info if self.tag_hits else None)
 
 
-def served(core: Cache, payload: Any, info: dict[str, Any] | None) -> list[Generation] | None:
+def served(tricache: Cache, payload: Any, info: dict[str, Any] | None) -> list[Generation] | None:
     """The generations in a hit's payload, rebuilt for each hit (it costs less than a deep
     copy of objects kept between hits); a payload this adapter cannot read is a miss,
     counted as corrupt."""
     try:
         return generations_from_payload(payload, info)
     except Exception as exc:  # valid MessagePack, not a LangChain answer: never an app error
-        core.metrics.incr("exact", "corrupt")
+        tricache.metrics.incr("exact", "corrupt")
         log.warning("tricache: cached value is not a LangChain payload (%s)", exc)
         return None
 

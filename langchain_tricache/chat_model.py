@@ -50,13 +50,11 @@ from langchain_core.tracers._streaming import (
 )
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from tricache import Cache, CacheRequest, Hit, Stamp
-from tricache.exact.coalesce import Coalescer
+from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
 from tricache.key.conversation import stream_pieces
 
 from .cache import current_tenant, served
 from .convert import (
-    hit_info,
     llm_key,
     parse_messages,
     payload_from_generations,
@@ -74,7 +72,8 @@ INNER_TAG = "tricache:inner"  # the wrapped model's runs: its answer is reported
 
 
 class CachedChatModel(BaseChatModel):
-    """Wrap ``inner`` (a chat model, or one with tools bound) with a TriCache ``Cache``."""
+    """Wrap ``inner`` (a chat model, or one with tools bound) with the :class:`tricache.Cache`
+    ``tricache`` (``cache`` is LangChain's own cache field: off here)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -87,7 +86,7 @@ class CachedChatModel(BaseChatModel):
     _warned: bool = PrivateAttr(default=False)
 
     def model_post_init(self, __context: Any) -> None:
-        self._coalescer = Coalescer(self.tricache.exact.store, timeout=self.coalesce_timeout)
+        self._coalescer = self.tricache.coalescer(timeout=self.coalesce_timeout)
 
     @property
     def _llm_type(self) -> str:
@@ -129,7 +128,7 @@ class CachedChatModel(BaseChatModel):
         cached = self._from_cache(request, semantic)
         if cached is not None:
             return cached
-        with self._coalescer.turn(self.tricache.exact.key(request)) as leader:
+        with self._coalescer.turn(self.tricache.key(request)) as leader:
             if not leader and (cached := self._from_cache(request, semantic)) is not None:
                 return cached
             message = self.inner.invoke(messages, config, **call)
@@ -175,7 +174,7 @@ class CachedChatModel(BaseChatModel):
         cached = await self._afrom_cache(request, semantic)
         if cached is not None:
             return cached
-        async with self._coalescer.aturn(self.tricache.exact.key(request)) as leader:
+        async with self._coalescer.aturn(self.tricache.key(request)) as leader:
             if not leader and (cached := await self._afrom_cache(request, semantic)) is not None:
                 return cached
             message = await self.inner.ainvoke(messages, config, **call)
@@ -235,7 +234,7 @@ class CachedChatModel(BaseChatModel):
 
     def _result(self, hit: Hit | None, request: CacheRequest) -> ChatResult | None:
         if hit is not None:
-            info = hit_info(hit)
+            info = hit.metadata()
             if hit.tier == "faq":  # a curated answer from the cache's FAQ
                 message = AIMessage(hit.text, response_metadata={"tricache": info})
                 return ChatResult(generations=[ChatGeneration(message=message)])

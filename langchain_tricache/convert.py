@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
@@ -26,12 +26,8 @@ from tricache.key.conversation import (
 )
 from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 
-if TYPE_CHECKING:
-    from tricache import Hit
-
 __all__ = [
     "generations_from_payload",
-    "hit_info",
     "llm_key",
     "model_name",
     "parse_memo_bytes",
@@ -153,12 +149,6 @@ def _text(content: Any) -> str:
 def llm_key(llm_string: str) -> str:
     """A digest of LangChain's llm_string (model, temperature, stop, tools, response format…)."""
     return hashlib.blake2b(llm_string.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def hit_info(hit: Hit) -> dict[str, Any]:
-    """What an answer says about the hit that served it, under ``"tricache"``
-    (``Hit.metadata``)."""
-    return hit.metadata()
 
 
 # generations ⇄ payload --------------------------------------------------------------------

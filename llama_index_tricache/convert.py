@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -33,9 +33,6 @@ from tricache.key.conversation import (
 )
 from tricache.key.request import context_token
 
-if TYPE_CHECKING:
-    from tricache import Hit
-
 __all__ = [
     "chat_from_payload",
     "chat_payload",
@@ -43,7 +40,6 @@ __all__ = [
     "completion_from_payload",
     "completion_payload",
     "condenses_a_follow_up",
-    "hit_info",
     "llm_key",
     "parse_chat",
     "role_of",
@@ -241,12 +237,6 @@ def _named(value: Any) -> bool:
     """True for a class or a function its name identifies (not a lambda, local or closure)."""
     named = isinstance(value, type) or (inspect.isfunction(value) and value.__closure__ is None)
     return named and "<" not in value.__qualname__
-
-
-def hit_info(hit: Hit) -> dict[str, Any]:
-    """What a response says about the hit that served it, under ``"tricache"``
-    (``Hit.metadata``)."""
-    return hit.metadata()
 
 
 # responses ⇄ payloads --------------------------------------------------------------------

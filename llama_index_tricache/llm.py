@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -36,8 +37,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.prompts import BasePromptTemplate
 from pydantic import Field, PrivateAttr, SerializeAsAny
 
-from tricache import Cache, CacheRequest, Hit, Stamp
-from tricache.exact.coalesce import Coalescer
+from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
 from tricache.key.conversation import Conversation, stream_pieces
 from tricache.key.tenancy import current_tenant
 
@@ -48,7 +48,6 @@ from .convert import (
     completion_from_payload,
     completion_payload,
     condenses_a_follow_up,
-    hit_info,
     llm_key,
     parse_chat,
     servable_to_look_alikes,
@@ -82,17 +81,18 @@ class _Call:
 class TriCacheLLM(FunctionCallingLLM):
     """A LlamaIndex LLM that answers from the cache when it can and asks ``llm`` otherwise.
 
-    ``cache`` is a :class:`tricache.Cache` (default: ``Cache(**options)``, embedded).  Which tier
-    answered is in ``additional_kwargs["tricache"]`` of every response, streamed ones included:
-    ``{"tier": "exact" | "semantic" | "faq", "level", "score", "entry_id"}`` (and ``"matched"``,
-    the cached question a semantic or FAQ hit matched) from the cache, ``{"tier": "llm"}`` when
-    the inner model answered.  ``stats()`` gives the cache's counters.  Tool calls and cut-off
-    answers are served to the very same call only.
+    ``cache`` is a :class:`tricache.Cache` (default: ``Cache(**options)``, embedded), read back
+    as ``.tricache``.  Which tier answered is in ``additional_kwargs["tricache"]`` of every
+    response, streamed ones included: ``{"tier": "exact" | "semantic" | "faq", "level",
+    "score", "entry_id"}`` (and ``"matched"``, the cached question a semantic or FAQ hit
+    matched) from the cache, ``{"tier": "llm"}`` when the inner model answered.  ``stats()``
+    gives the cache's counters.  Tool calls and cut-off answers are served to the very same
+    call only.
     """
 
     llm: SerializeAsAny[LLM] = Field(description="The LLM asked on a miss.")
     coalesce_timeout: float = Field(default=30.0, description="Wait for a concurrent same call.")
-    _cache: Cache = PrivateAttr()
+    _tricache: Cache = PrivateAttr()
     _coalescer: Coalescer = PrivateAttr()
 
     def __init__(self, llm: LLM, cache: Cache | None = None, **options: Any) -> None:
@@ -108,24 +108,32 @@ class TriCacheLLM(FunctionCallingLLM):
             query_wrapper_prompt=llm.query_wrapper_prompt,
             **fields,
         )
-        self._cache = cache if cache is not None else Cache(**options)
-        self._coalescer = Coalescer(self._cache.exact.store, timeout=self.coalesce_timeout)
+        self._tricache = cache if cache is not None else Cache(**options)
+        self._coalescer = self._tricache.coalescer(timeout=self.coalesce_timeout)
 
     @classmethod
     def class_name(cls) -> str:
         return "TriCacheLLM"
 
     @property
-    def cache(self) -> Cache:
+    def tricache(self) -> Cache:
         """The :class:`tricache.Cache` behind this LLM."""
-        return self._cache
+        return self._tricache
+
+    @property
+    def cache(self) -> Cache:
+        """Deprecated: ``tricache`` (the same :class:`tricache.Cache`)."""
+        warnings.warn(
+            "TriCacheLLM.cache is now TriCacheLLM.tricache", DeprecationWarning, stacklevel=2
+        )
+        return self._tricache
 
     def stats(self) -> dict[str, Any]:
         """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
         (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
         ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
         warm-up's duration.  Counted in this process, for everything using this cache."""
-        return self._cache.stats()
+        return self.tricache.stats()
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -325,7 +333,7 @@ class TriCacheLLM(FunctionCallingLLM):
     def _call(self, conversation: Conversation, key: str) -> _Call | None:
         """The request, or ``None`` when the call cannot be cached (it then goes to the LLM)."""
         try:
-            request = self._cache.request(
+            request = self.tricache.request(
                 conversation.query,
                 system=conversation.system,
                 history=conversation.history,
@@ -333,7 +341,7 @@ class TriCacheLLM(FunctionCallingLLM):
                 llm_key=key,
                 query_meta=conversation.query_meta,
             )
-            return _Call(request, conversation.semantic, self._cache.exact.key(request))
+            return _Call(request, conversation.semantic, self.tricache.key(request))
         except Exception as exc:  # an odd prompt is a miss, never an error in the app
             log.warning("tricache: call not cacheable (%s)", exc)
             return None
@@ -357,19 +365,19 @@ class TriCacheLLM(FunctionCallingLLM):
             return await self._astored(call, await ask(), to_payload)
 
     def _lookup(self, call: _Call) -> Hit | None:
-        hit = self._cache.lookup(call.request, semantic=call.semantic)
-        call.began = self._cache.began(call.request) if hit is None else None
+        hit = self.tricache.lookup(call.request, semantic=call.semantic)
+        call.began = self.tricache.began(call.request) if hit is None else None
         return hit
 
     async def _alookup(self, call: _Call) -> Hit | None:
-        hit = await self._cache.alookup(call.request, semantic=call.semantic)
-        call.began = self._cache.began(call.request) if hit is None else None
+        hit = await self.tricache.alookup(call.request, semantic=call.semantic)
+        call.began = self.tricache.began(call.request) if hit is None else None
         return hit
 
     def _cached_chat(self, hit: Hit | None) -> ChatResponse | None:
         if hit is None:
             return None
-        info = hit_info(hit)
+        info = hit.metadata()
         if hit.tier == "faq":
             message = ChatMessage(role=MessageRole.ASSISTANT, content=hit.text)
             return ChatResponse(message=message, additional_kwargs={"tricache": info})
@@ -378,7 +386,7 @@ class TriCacheLLM(FunctionCallingLLM):
     def _cached_completion(self, hit: Hit | None) -> CompletionResponse | None:
         if hit is None:
             return None
-        info = hit_info(hit)
+        info = hit.metadata()
         if hit.tier == "faq":
             return CompletionResponse(text=hit.text, additional_kwargs={"tricache": info})
         return self._decoded(completion_from_payload, hit.payload, info)
@@ -389,7 +397,7 @@ class TriCacheLLM(FunctionCallingLLM):
             return decode(payload, info)
         except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
             log.warning("tricache: cached value is not a %s (%s)", decode.__name__, exc)
-            self._cache.metrics.incr("exact", "corrupt")
+            self.tricache.metrics.incr("exact", "corrupt")
             return None
 
     def _store_args(self, call: _Call, response: Any, to_payload: Any) -> dict[str, Any]:
@@ -404,11 +412,11 @@ class TriCacheLLM(FunctionCallingLLM):
         )
 
     def _stored(self, call: _Call, response: Any, to_payload: Any) -> Any:
-        self._cache.update(**self._store_args(call, response, to_payload))
+        self.tricache.update(**self._store_args(call, response, to_payload))
         return _from_llm(response)
 
     async def _astored(self, call: _Call, response: Any, to_payload: Any) -> Any:
-        await self._cache.aupdate(**self._store_args(call, response, to_payload))
+        await self.tricache.aupdate(**self._store_args(call, response, to_payload))
         return _from_llm(response)
 
     def _record(self, call: _Call, stream: Iterator[Any], to_payload: Any) -> Iterator[Any]:

@@ -15,6 +15,7 @@ import functools
 import inspect
 import json
 import logging
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -32,7 +33,6 @@ from tricache.key.conversation import plain, stream_pieces
 from tricache.key.request import context_token
 from tricache.key.tenancy import current_tenant
 
-from .convert import hit_info
 from .fingerprint import engine_fingerprint
 
 __all__ = ["CachedQueryEngine", "watch_index"]
@@ -52,7 +52,7 @@ _MUTATORS = (
 
 class CachedQueryEngine(BaseQueryEngine):
     """Wrap ``engine`` so repeated (and, through the semantic tier, reworded) queries are
-    answered from ``cache`` without retrieval or generation.
+    answered from ``cache`` (read back as ``.tricache``) without retrieval or generation.
 
     ``index``: the index the engine reads; its changes invalidate the cached responses.
     ``name``: the scope of the entries when no index is given (engines over different data
@@ -75,13 +75,23 @@ class CachedQueryEngine(BaseQueryEngine):
     ) -> None:
         super().__init__(callback_manager=engine.callback_manager)
         self.engine = engine
-        self.cache = cache if cache is not None else Cache()
+        self.tricache = cache if cache is not None else Cache()
         scope = name or (index.index_id if index is not None else _index_id(engine))
         self.scope = scope or type(engine).__qualname__
         self.tag = f"llama_index:{self.scope}"
         self._warned = False
         if index is not None:
-            watch_index(index, self.cache, self.tag)
+            watch_index(index, self.tricache, self.tag)
+
+    @property
+    def cache(self) -> Cache:
+        """Deprecated: ``tricache`` (the same :class:`tricache.Cache`)."""
+        warnings.warn(
+            "CachedQueryEngine.cache is now CachedQueryEngine.tricache",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.tricache
 
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"engine": self.engine}
@@ -91,18 +101,18 @@ class CachedQueryEngine(BaseQueryEngine):
         (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
         ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
         warm-up's duration.  Counted in this process, for everything using this cache."""
-        return self.cache.stats()
+        return self.tricache.stats()
 
     # query ---------------------------------------------------------------------------------
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         request = self._request(query_bundle)
         if request is None:
             return self.engine.query(query_bundle)
-        if (cached := self._response(self.cache.lookup(request))) is not None:
+        if (cached := self._response(self.tricache.lookup(request))) is not None:
             return cached
         response = self.engine.query(query_bundle)
         if isinstance(response, StreamingResponse):
-            began = self.cache.began(request)  # the stream may be drained in another thread
+            began = self.tricache.began(request)  # the stream may be drained in another thread
             response.response_gen = self._record(request, response, response.response_gen, began)
         elif isinstance(response, Response):
             self._store(request, response.response, response)
@@ -112,12 +122,12 @@ class CachedQueryEngine(BaseQueryEngine):
         request = self._request(query_bundle)
         if request is None:
             return await self.engine.aquery(query_bundle)
-        hit = await self.cache.alookup(request)
+        hit = await self.tricache.alookup(request)
         if (cached := self._response(hit, asynchronous=True)) is not None:
             return cached
         response = await self.engine.aquery(query_bundle)
         if isinstance(response, AsyncStreamingResponse):
-            began = self.cache.began(request)
+            began = self.tricache.began(request)
             response.response_gen = self._arecord(request, response, response.response_gen, began)
         elif isinstance(response, Response):
             self._store(request, response.response, response)
@@ -130,7 +140,7 @@ class CachedQueryEngine(BaseQueryEngine):
         if fingerprint is None:
             return None
         try:
-            return self.cache.request(
+            return self.tricache.request(
                 query_bundle.query_str,
                 system=f"[query engine] {context_token(_scope_of(self.scope, query_bundle))}",
                 tenant=current_tenant(),
@@ -170,17 +180,17 @@ class CachedQueryEngine(BaseQueryEngine):
         payload = {"v": 1, "kind": "response", "sources": sources,
                    "metadata": plain(metadata)}  # fmt: skip
         # the caller's objects stay theirs
-        self.cache.update(request, text, copy.deepcopy(payload), began=began)
+        self.tricache.update(request, text, copy.deepcopy(payload), began=began)
 
     def _response(self, hit: Hit | None, asynchronous: bool = False) -> RESPONSE_TYPE | None:
         if hit is None:
             return None
-        info = hit_info(hit)
+        info = hit.metadata()
         try:
             sources, metadata = _decoded(hit)
         except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
             log.warning("tricache: cached value is not a query response (%s)", exc)
-            self.cache.metrics.incr("exact", "corrupt")
+            self.tricache.metrics.incr("exact", "corrupt")
             return None
         metadata["tricache"] = info
         if _streams(self.engine):

@@ -143,7 +143,7 @@ def test_tricache_stats_are_the_core_caches(global_tricache: TriCache) -> None:
     stats = global_tricache.stats()
     assert stats["exact"]["hits_l1"] == 1 and stats["exact"]["writes"] == 1
     assert stats["store"]["l2"] == "sqlite"
-    assert stats.keys() == global_tricache.core.stats().keys()
+    assert stats.keys() == global_tricache.tricache.stats().keys()
 
 
 def test_set_llm_cache_tags_chat_answers_with_their_tier(global_tricache: TriCache) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tricache import Cache
+from tricache import Cache, Exact, Redis
 
 from conftest import free_port, roles_of_two_coalescers, wait_for_redis
 
@@ -77,8 +77,8 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_exact_tier_on_redis_cluster(cluster_url: str) -> None:
-    a = Cache(redis_url=cluster_url, cluster=True, namespace="clu")
-    b = Cache(redis_url=cluster_url, cluster=True, namespace="clu", bloom=False)
+    a = Cache(store=Redis(cluster_url, cluster=True), namespace="clu")
+    b = Cache(store=Redis(cluster_url, cluster=True), namespace="clu", exact=Exact(bloom=False))
     reqs = [a.request(f"question {i}", tags=["docs"]) for i in range(30)]
     for r in reqs:
         assert a.update(r, f"answer {r.query}")
@@ -116,7 +116,7 @@ def test_exact_tier_on_redis_cluster(cluster_url: str) -> None:
 
 
 def test_unreachable_cluster_is_a_miss_not_an_error() -> None:
-    cache = Cache(redis_url=f"redis://127.0.0.1:{free_port()}/0", cluster=True, namespace="x")
+    cache = Cache(store=Redis(f"redis://127.0.0.1:{free_port()}/0", cluster=True), namespace="x")
     req = cache.request("q")
     assert cache.lookup(req) is None
     assert cache.update(req, "a") is False  # its versions cannot be vouched for: not kept

@@ -16,6 +16,7 @@ from conftest import SHARED_DATA
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_quick_end_to_end_run(tmp_path: Path) -> None:
     if not (SHARED_DATA / "qqp").exists():

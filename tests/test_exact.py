@@ -10,7 +10,7 @@ import msgpack
 import pytest
 import redis
 
-from tricache import Cache, TtlPolicy
+from tricache import Cache, Exact, TtlPolicy
 from tricache.key.entry import SCHEMA_VERSION, CacheEntry, encode_entry
 
 from conftest import CacheFactory
@@ -80,7 +80,8 @@ def test_a_process_that_never_saw_a_tag_still_honours_its_invalidation(
     req = writer.request("what does the handbook say?", tags=["handbook"])
     writer.update(req, "page 12")
     writer.invalidate("handbook")
-    newcomer = make_cache(bloom=False)  # started after the invalidation; never tracked the tag
+    # started after the invalidation; never tracked the tag
+    newcomer = make_cache(exact=Exact(bloom=False))
     assert newcomer.lookup(req) is None
     assert newcomer.stats()["exact"]["stale_tag"] == 1
 
@@ -126,7 +127,7 @@ def test_watermark_comes_from_the_store_clock(
 def test_corrupt_values_are_a_miss_deleted_and_counted(
     make_cache: CacheFactory, backend: str, redis_client: redis.Redis, garbage: bytes
 ) -> None:
-    writer, reader = make_cache(), make_cache(bloom=False)
+    writer, reader = make_cache(), make_cache(exact=Exact(bloom=False))
     req = writer.request("what is corrupt?")
     key = writer.exact.key(req)
     if backend == "redis":
@@ -142,7 +143,7 @@ def test_ttls_follow_the_category_with_jitter(
     make_cache: CacheFactory, backend: str, redis_client: redis.Redis
 ) -> None:
     policy = TtlPolicy(default=1000, categories={"realtime": 100}, jitter=0.2)
-    cache = make_cache(ttl=policy)
+    cache = make_cache(exact=Exact(ttl=policy))
     for category, base in [("realtime", 100), (None, 1000)]:
         req = cache.request(f"q {category}", category=category)
         cache.update(req, "a")
@@ -159,7 +160,7 @@ def test_ttls_follow_the_category_with_jitter(
 
 def test_expired_entries_are_gone(make_cache: CacheFactory) -> None:
     policy = TtlPolicy(default=1.0, jitter=0, l1=1.0)
-    cache = make_cache(ttl=policy)
+    cache = make_cache(exact=Exact(ttl=policy))
     req = cache.request("short lived")
     cache.update(req, "a")
     assert cache.lookup(req) is not None
@@ -217,7 +218,7 @@ def test_bad_arguments_raise_clear_errors(make_cache: CacheFactory) -> None:
     with pytest.raises(TypeError):
         cache.request(None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="namespace"):
-        cache.lookup(Cache(l2=False, namespace="elsewhere").request("q"))
+        cache.lookup(Cache(store=False, namespace="elsewhere").request("q"))
     with pytest.raises(TypeError):
         cache.update(cache.request("q"), None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="plain data"):
@@ -244,7 +245,7 @@ def test_async_lookup_and_update(make_cache: CacheFactory) -> None:
 
 
 def test_l1_only_cache_needs_no_store() -> None:
-    cache = Cache(l2=False)
+    cache = Cache(store=False)
     req = cache.request("q", tags=["t"])
     cache.update(req, "a")
     assert cache.lookup(req).text == "a"  # type: ignore[union-attr]

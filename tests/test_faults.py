@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tricache import Cache
+from tricache import Cache, Exact, Redis, Semantic
 from tricache.ops.breaker import CircuitBreaker
 
 from conftest import RedisServer
@@ -23,7 +23,7 @@ def _lookups(stats: dict[str, int]) -> int:
 
 
 def test_redis_killed_and_restarted_mid_workload(private_redis: RedisServer) -> None:
-    cache = Cache(redis_url=private_redis.url, namespace="outage", l1_max_items=1)
+    cache = Cache(redis_url=private_redis.url, namespace="outage", exact=Exact(l1_max_items=1))
     questions = [f"question {i % 15}" for i in range(240)]
     llm_calls = hits_after_restart = 0
     for i, q in enumerate(questions):
@@ -77,7 +77,9 @@ def test_redis_down_from_the_start_is_a_fast_miss_that_stores_nothing(tmp_path: 
 def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(
     private_redis: RedisServer,
 ) -> None:
-    cache = Cache(redis_url=private_redis.url, namespace="slow", timeout=0.05, bloom=False)
+    cache = Cache(
+        store=Redis(private_redis.url, timeout=0.05), namespace="slow", exact=Exact(bloom=False)
+    )
     req = cache.request("slow question")
     cache.update(req, "answer")
     cache.exact.l1.clear()
@@ -101,7 +103,7 @@ def test_locked_sqlite_drops_writes_and_keeps_reading(tmp_path: Path) -> None:
     """Another connection holds the write lock: WAL readers still read; writes give up after
     the store's short busy timeout and are counted as dropped."""
     path = tmp_path / "locked.sqlite3"
-    cache = Cache(path=path, namespace="locked", bloom=False)
+    cache = Cache(path=path, namespace="locked", exact=Exact(bloom=False))
     req = cache.request("q")
     cache.update(req, "a")
     cache.exact.l1.clear()
@@ -115,7 +117,7 @@ def test_locked_sqlite_drops_writes_and_keeps_reading(tmp_path: Path) -> None:
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    fresh = Cache(path=path, namespace="locked", bloom=False)
+    fresh = Cache(path=path, namespace="locked", exact=Exact(bloom=False))
     assert fresh.lookup(fresh.request("another")) is None  # the dropped write is really gone
     fresh.update(fresh.request("another"), "b")
     assert fresh.lookup(fresh.request("another")).text == "b"  # type: ignore[union-attr]
@@ -155,7 +157,9 @@ def test_a_full_disk_drops_writes_and_keeps_serving(
     """SQLite reports a full disk (writes dropped, counted); the embedded vector index, which
     writes through memory maps (a SIGBUS on a full disk), is not opened below its free-space
     floor: the semantic tier turns itself off with a clear log line."""
-    with Cache(path=tiny_disk / "l2.sqlite3", vector_path=tiny_disk / "vectors") as cache:
+    with Cache(
+        path=tiny_disk / "l2.sqlite3", semantic=Semantic(vector_path=tiny_disk / "vectors")
+    ) as cache:
         first = cache.request("How do I reset my password?")
         assert cache.update(first, "Use the link.")
         answer = "x" * 20_000

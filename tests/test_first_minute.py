@@ -32,7 +32,7 @@ cache = Cache({where})  # warms up in the background: these writes find no seman
 for question, answer in [("How do I reset my password?", "Settings > Security."),
                          ("How do I cancel my subscription?", "Billing > Cancel.")]:
     assert cache.update(cache.request(question), answer)
-print("semantic open" if cache._semantic is not None else "semantic still opening", flush=True)
+print("semantic open" if cache.tiers.semantic is not None else "semantic still opening", flush=True)
 {end}
 """  # and the process ends
 

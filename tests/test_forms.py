@@ -38,7 +38,7 @@ from tricache import Cache
 from tricache.faq.store import FaqEntry, FaqStore
 from tricache.key.forms import folded, literals, same_question, unify
 from tricache.semantic.embed import get_embedder
-from tricache.semantic.guards.checks import is_cacheable
+from tricache.semantic.guards.cacheable import is_cacheable
 from tricache.tools.evaluate import Pair, read_pairs
 
 from oracles import ChatOracle
@@ -196,6 +196,7 @@ def test_form_variants_are_served_without_asking_the_embedder(cache: Cache) -> N
         assert n >= 35 and served[kind] / n >= 0.93, (kind, served[kind], n)
 
 
+@pytest.mark.slow  # the probe files, whole
 def test_look_alikes_are_never_served(cache: Cache) -> None:
     kinds = Counter(p.kind for p in LOOK_ALIKES)
     assert len(kinds) == 7 and min(kinds.values()) >= 25
@@ -203,6 +204,7 @@ def test_look_alikes_are_never_served(cache: Cache) -> None:
     assert _served(cache, OTHER) == []
 
 
+@pytest.mark.slow  # the probe files, whole, through LangChain
 def test_through_langchain_every_answer_is_the_models(tmp_path: Path) -> None:
     """``set_llm_cache(TriCache())`` and a chat model that answers with a digest of its prompt:
     form variants are served the first question's answer (declared the same question),
@@ -228,6 +230,7 @@ def test_through_langchain_every_answer_is_the_models(tmp_path: Path) -> None:
     assert hits >= 0.93 * len(SAME)
 
 
+@pytest.mark.slow  # the probe files, whole, through the FAQ
 def test_the_faq_serves_form_variants_and_refuses_look_alikes(tmp_path: Path) -> None:
     faq = FaqStore(tmp_path / "faq.sqlite3", embedder=get_embedder("use-m"))
     questions = list(dict.fromkeys(p.q1 for p in [*SAME, *OTHER]))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from tricache import Cache
+from tricache import Cache, Exact, Faq, Redis, Semantic
 from tricache.faq.store import FaqEntry
 from tricache.ops.breaker import CircuitBreaker
 
@@ -92,7 +92,13 @@ def test_eviction_of_the_version_state_serves_no_invalidated_answer(
         for key, value in raw.items():
             client.set(key, value, px=3_600_000, nx=True)
         client.close()
-        fresh = _cache(server.url, bloom=False, timeout=1.0)  # reads every survivor from Redis
+        fresh = Cache(  # reads every survivor from Redis
+            store=Redis(server.url, timeout=1.0),
+            namespace="fresh",
+            semantic=False,
+            faq=False,
+            exact=Exact(bloom=False),
+        )
         assert _old(_served(fresh)) == []
         assert _old(_served(writer)) == []  # its L1 too
         # counting from 0 again is harmless: the old entries belong to another epoch
@@ -298,11 +304,11 @@ def test_feedback_on_an_exact_hit_deletes_that_entry_only(server: RedisServer) -
 
 def test_feedback_on_a_wrong_faq_answer_stops_it_for_that_question(tmp_path: Path) -> None:
     faq = tmp_path / "faq.sqlite3"
-    a = Cache(path=tmp_path / "a.sqlite3", faq_path=faq, semantic=False)
+    a = Cache(path=tmp_path / "a.sqlite3", faq=Faq(path=faq), semantic=False)
     a.add_faq([FaqEntry("How do I delete my account?", "Settings > Account > Delete.")])
     hit = a.lookup(a.request("How do I delete my account?"))
     assert hit is not None and hit.tier == "faq"
-    b = Cache(path=tmp_path / "b.sqlite3", faq_path=faq, semantic=False)  # another worker
+    b = Cache(path=tmp_path / "b.sqlite3", faq=Faq(path=faq), semantic=False)  # another worker
     b.feedback(hit.entry_id, correct=False)
     assert a.lookup(a.request("How do I delete my account?")) is None
     assert b.lookup(b.request("How do I delete my account?")) is None
@@ -315,7 +321,7 @@ def test_a_faq_replaced_by_another_process_is_what_every_process_answers(
     tmp_path: Path,
 ) -> None:
     faq = tmp_path / "faq.sqlite3"
-    worker = Cache(path=tmp_path / "w.sqlite3", faq_path=faq, semantic=False)
+    worker = Cache(path=tmp_path / "w.sqlite3", faq=Faq(path=faq), semantic=False)
     worker.add_faq(
         [
             FaqEntry("How can I reset my password?", "Use 'Forgot password' on the login page."),
@@ -324,7 +330,7 @@ def test_a_faq_replaced_by_another_process_is_what_every_process_answers(
     )
     hit = worker.lookup(worker.request("How can I reset my password?"))
     assert hit is not None and hit.text.startswith("Use 'Forgot password'")
-    admin = Cache(path=tmp_path / "admin.sqlite3", faq_path=faq, semantic=False)
+    admin = Cache(path=tmp_path / "admin.sqlite3", faq=Faq(path=faq), semantic=False)
     admin.faq.clear()  # type: ignore[union-attr]
     admin.add_faq(
         [
@@ -362,7 +368,7 @@ def test_tags_have_no_cap_and_a_poll_reads_only_what_changed(tmp_path: Path) -> 
 def test_the_watermark_is_on_the_store_clock_whatever_the_client_clocks(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tricache.exact.tier
+    import tricache.exact.sync
     import tricache.exact.versions
 
     class Behind:  # this host's clock runs two minutes late
@@ -375,7 +381,7 @@ def test_the_watermark_is_on_the_store_clock_whatever_the_client_clocks(
 
     late, admin = _cache(server.url), _cache(server.url)
     monkeypatch.setattr(tricache.exact.versions, "time", Behind())
-    monkeypatch.setattr(tricache.exact.tier, "time", Behind())
+    monkeypatch.setattr(tricache.exact.sync, "time", Behind())
     _write(late, "old")
     floor = admin.set_min_watermark()  # the store's "now"
     assert abs(floor - time.time()) < 5
@@ -408,7 +414,12 @@ def test_a_cache_that_cannot_reach_the_store_stops_serving_within_two_seconds(
 
 
 def test_an_outage_deletes_no_semantic_point(server: RedisServer, tmp_path: Path) -> None:
-    cache = Cache(redis_url=server.url, namespace="fresh", faq=False, vector_path=tmp_path / "v")
+    cache = Cache(
+        redis_url=server.url,
+        namespace="fresh",
+        faq=False,
+        semantic=Semantic(vector_path=tmp_path / "v"),
+    )
     pairs = {
         "How do I reset my password?": "How can I reset my password?",
         "How do I export my data to CSV?": "How can I export my data to CSV?",
@@ -467,7 +478,7 @@ def test_a_restart_from_an_older_snapshot_brings_nothing_back(
     server.start()  # loads the dump: the old answers and the old versions
     a.exact.breaker = CircuitBreaker()
     a.invalidate("unrelated")  # the same seq the processes had seen, another change
-    assert _old(_served(_cache(server.url, bloom=False))) == []
+    assert _old(_served(_cache(server.url, exact=Exact(bloom=False)))) == []
     time.sleep(0.6)
     assert _old(_served(a)) == []
     _write(a, "new")  # and the cache works again
@@ -543,7 +554,7 @@ def test_the_floor_never_goes_down(server: RedisServer) -> None:
     _write(a, "old")
     high = a.set_min_watermark()
     assert a.set_min_watermark(high - 3600) == high
-    assert _served(_cache(server.url, bloom=False)) == []
+    assert _served(_cache(server.url, exact=Exact(bloom=False))) == []
     with pytest.raises(ValueError):
         a.set_min_watermark(float("nan"))
 
@@ -565,7 +576,7 @@ def test_a_lookup_under_a_hung_store_makes_one_store_call(server: RedisServer) -
     lookup's L2 read has just timed out, it is not tried (one timeout per lookup)."""
     import threading
 
-    cache = _cache(server.url, bloom=False)
+    cache = _cache(server.url, exact=Exact(bloom=False))
     assert cache.lookup(cache.request("warm-up")) is None  # versions verified
     sleeper = threading.Thread(
         target=lambda: redis.Redis.from_url(server.url).execute_command("DEBUG", "SLEEP", 1)

@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tricache.semantic.guards import entities
-from tricache.semantic.guards.checks import analyze, check, is_cacheable, use_entity_recognizer
+from tricache.semantic.guards.analysis import analyze, use_entity_recognizer
+from tricache.semantic.guards.cacheable import is_cacheable
+from tricache.semantic.guards.checks import check
 
 REFUSED = [
     # (cached question, new question, the guard that must refuse)

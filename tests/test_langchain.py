@@ -31,7 +31,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_tricache import CachedChatModel, TriCache, tenant, with_tricache
 from langchain_tricache.convert import parse_messages, parse_prompt
-from tricache import Cache
+from tricache import Cache, Exact
 from tricache.stores.redis import RedisStore
 
 from conftest import REDIS_URL, roles_of_two_coalescers
@@ -138,11 +138,12 @@ def test_time_dependent_questions_are_not_cached(global_cache: TriCache) -> None
         assert chat("order 2 is packed").invoke("Where is my order?").content == (
             "order 2 is packed"
         )
-    assert global_cache.core.stats()["exact"]["skipped_time_dependent"] == 8  # 4 reads, 4 writes
+    skipped = global_cache.tricache.stats()["exact"]["skipped_time_dependent"]
+    assert skipped == 8  # 4 reads, 4 writes
 
 
 def test_time_dependent_questions_can_be_cached_exactly_when_asked_for(tmp_path: Path) -> None:
-    with Cache(path=tmp_path / "t.sqlite3", cache_time_dependent=True) as core:
+    with Cache(path=tmp_path / "t.sqlite3", exact=Exact(cache_time_dependent=True)) as core:
         cache = TriCache(cache=core)
         GenericFakeChatModel(messages=iter([AIMessage("sunny")]), cache=cache).invoke(
             "What's the weather like in Paris today?"
@@ -153,6 +154,13 @@ def test_time_dependent_questions_can_be_cached_exactly_when_asked_for(tmp_path:
         similar = chat("rain")
         similar.cache = cache
         assert similar.invoke("How is the weather in Paris today?").content == "rain"
+
+
+def test_the_old_name_of_the_core_cache_still_works_and_warns(core: Cache) -> None:
+    cache = TriCache(cache=core)
+    assert cache.tricache is core and CachedChatModel(inner=chat(), tricache=core).tricache is core
+    with pytest.warns(DeprecationWarning, match=r"TriCache\.core is now TriCache\.tricache"):
+        assert cache.core is core
 
 
 def test_tool_call_answers_can_be_opened_to_look_alikes(core: Cache) -> None:
@@ -411,7 +419,7 @@ def _requests(cache: TriCache, messages: list[BaseMessage]) -> tuple[Any, Any]:
     """The request from LangChain's serialized prompt, and from the message objects."""
     from_prompt = cache._request(dumps(messages), "llm")[0]
     parsed = parse_messages(messages)
-    return from_prompt, cache.core.request(
+    return from_prompt, cache.tricache.request(
         parsed.query, system=parsed.system, history=parsed.history, tenant="default",
         llm_key=from_prompt.llm_key, query_meta=parsed.query_meta,
     )  # fmt: skip

@@ -22,7 +22,7 @@ def embedded(tmp_path: Path) -> Iterator[TriCache]:
     # tag_hits=False: a hit is exactly what was stored, the contract these suites check
     cache = TriCache(path=tmp_path / "standard.sqlite3", namespace="standard", tag_hits=False)
     yield cache
-    cache.core.close()
+    cache.tricache.close()
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def shared() -> Iterator[TriCache]:
     cache = TriCache(redis_url=REDIS_URL, namespace=namespace, tag_hits=False)
     yield cache
     cache.clear()
-    cache.core.close()
+    cache.tricache.close()
     for key in client.scan_iter(match=f"tricache:{namespace}:*", count=1000):
         client.delete(key)
     client.close()

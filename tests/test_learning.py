@@ -247,6 +247,7 @@ def test_tenants_learn_apart(tmp_path: Path) -> None:
 
 
 # after a warm-up of real traffic, the look-alike suites ---------------------------------------
+@pytest.mark.slow  # a stream of 3,000 queries, then the probe suites
 def test_after_a_warm_up_of_traffic_no_look_alike_is_served(tmp_path: Path) -> None:
     """3,000 CLINC150 queries (a stand-in model answers each with its intent's answer) teach
     the pool a threshold under the calibrated one; then every look-alike pair of the probe

@@ -303,6 +303,18 @@ def test_cached_query_engine_streaming_hit_streams(
     assert again.metadata["tricache"]["tier"] == "exact" and len(inner.calls) == 1
 
 
+def test_the_old_names_of_the_core_cache_still_work_and_warn(
+    core: Cache, embed_model: TriCacheEmbedding
+) -> None:
+    llm = TriCacheLLM(ScriptedLLM(answers=["a"]), cache=core)
+    engine = CachedQueryEngine(index_of(DOCS, embed_model).as_query_engine(llm=llm), core)
+    assert llm.tricache is core and engine.tricache is core
+    with pytest.warns(DeprecationWarning, match=r"TriCacheLLM\.cache is now TriCacheLLM\.tricache"):
+        assert llm.cache is core
+    with pytest.warns(DeprecationWarning, match=r"CachedQueryEngine\.cache is now"):
+        assert engine.cache is core
+
+
 def test_tenants_do_not_share(core: Cache) -> None:
     inner = ScriptedLLM(answers=["for acme", "for globex"])
     llm = TriCacheLLM(inner, cache=core)

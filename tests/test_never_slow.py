@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tricache import Cache
+from tricache import Cache, Exact, Semantic
 
 from conftest import REDIS_URL, RedisServer
 from procs import use_inherited_cache
@@ -43,7 +43,7 @@ def test_a_cold_cache_answers_at_once_and_warms_up_in_the_background(
     assert cache.lookup(first) is None  # answered now: the semantic tier is not open yet
     assert cache.update(first, "Settings > Security.")  # the exact tier stores at once
     assert cache.lookup(first).tier == "exact"  # type: ignore[union-attr]
-    _wait(lambda: cache._semantic is not None)
+    _wait(lambda: cache.tiers.semantic is not None)
     # the answer written while warming was indexed once the tier opened
     _wait(lambda: cache.lookup(cache.request("How can I reset my password?")) is not None)
     hit = cache.lookup(cache.request("How can I reset my password?"))
@@ -57,7 +57,7 @@ def test_warm_true_blocks_until_the_tiers_are_open(
 ) -> None:
     monkeypatch.delenv("TRICACHE_WARM")
     cache = Cache(path=tmp_path / "warm.sqlite3", warm=True)
-    assert cache._semantic is not None
+    assert cache.tiers.semantic is not None
     cache.close()
 
 
@@ -198,7 +198,7 @@ def test_children_forked_after_use_never_corrupt_the_parent(tmp_path: Path, back
     options: dict[str, Any] = {"path": str(tmp_path / "shared.sqlite3")}
     if backend == "redis":
         options = {"redis_url": REDIS_URL, "namespace": f"fork{os.getpid()}{time.time_ns()}",
-                   "vector_path": str(tmp_path / "vectors")}  # fmt: skip
+                   "semantic": Semantic(vector_path=str(tmp_path / "vectors"))}  # fmt: skip
     parent = Cache(**options)
     for i in range(20):
         request = parent.request(f"How do I configure feature {i}?")
@@ -246,9 +246,9 @@ def paused_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 HUNG_EXIT_SCRIPT = """
-from tricache import Cache
+from tricache import Cache, Semantic
 
-cache = Cache(redis_url="{url}", vector_path="{vectors}")  # warms up against a hung Redis
+cache = Cache(redis_url="{url}", semantic=Semantic(vector_path="{vectors}"))  # a hung Redis
 request = cache.request("How do I reset my password?")
 print(cache.lookup(request), cache.update(request, "Settings > Security."), flush=True)
 """  # and ends: the exit waits for the warm-up's step, which waits on the store's timeouts
@@ -272,7 +272,11 @@ def test_lookups_under_a_hung_redis_each_spend_one_timeout_at_most(
     paused_redis: RedisServer,
 ) -> None:
     cache = Cache(
-        redis_url=paused_redis.url, namespace="hung", semantic=False, faq=False, bloom=False
+        redis_url=paused_redis.url,
+        namespace="hung",
+        semantic=False,
+        faq=False,
+        exact=Exact(bloom=False),
     )
     for i in range(20):
         request = cache.request(f"question {i}")

@@ -7,7 +7,9 @@ import itertools
 
 import pytest
 
-from tricache import CacheRequest, Turn, context_fingerprint, exact_key, normalize
+from tricache import CacheRequest, Turn
+from tricache.key.normalize import normalize
+from tricache.key.request import context_fingerprint, exact_key
 
 from conftest import SHARED_DATA
 

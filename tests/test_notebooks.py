@@ -18,6 +18,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.slow  # each notebook runs top to bottom in a fresh kernel
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 REGENERATE = os.environ.get("TRICACHE_REGENERATE_NOTEBOOKS", "") not in ("", "0")
 

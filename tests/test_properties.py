@@ -7,7 +7,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tricache import Cache, normalize
+from tricache import Cache
+from tricache.key.normalize import normalize
 
 STORED = ["How do I reset my password?", "怎么重置密码？", "order 12345", ""]
 prompts = st.one_of(
@@ -55,6 +56,6 @@ def _cache(tmp_path: Path) -> Cache:
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.text())
 def test_different_normal_forms_never_share_a_key(a: str, b: str) -> None:
-    cache = Cache(l2=False)
+    cache = Cache(store=False)
     if normalize(a) != normalize(b):
         assert cache.exact.key(cache.request(a)) != cache.exact.key(cache.request(b))

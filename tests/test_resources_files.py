@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tricache import Cache
+from tricache import Cache, Exact
 from tricache.faq.store import FaqEntry
 from tricache.runtime.home import data_dir, private_tree
 from tricache.semantic.audit import AuditLog
@@ -186,7 +186,7 @@ def test_lookups_do_not_wait_for_a_write_stuck_behind_another_writer(tmp_path: P
     """Another connection holds SQLite's write lock; a write of this process waits for it
     (here: made to wait up to 30 s).  Lookups and version polls answer meanwhile."""
     path = tmp_path / "l2.sqlite3"
-    cache = Cache(path=path, namespace="busy", semantic=False, bloom=False)
+    cache = Cache(path=path, namespace="busy", semantic=False, exact=Exact(bloom=False))
     request = cache.request("q")
     cache.update(request, "a")
     cache.exact.l1.clear()

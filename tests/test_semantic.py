@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tricache import Cache
+from tricache import Cache, Exact, Qdrant, Semantic
 from tricache.semantic.embed import CachedEmbedder, get_embedder
 from tricache.semantic.index.vectors import EdgeIndex
 
@@ -131,7 +131,7 @@ def test_time_dependent_questions_are_not_cached_by_default(cache: Cache) -> Non
 
 
 def test_time_dependent_questions_skip_the_semantic_tier(tmp_path: Path) -> None:
-    with Cache(path=tmp_path / "t.sqlite3", cache_time_dependent=True) as cache:
+    with Cache(path=tmp_path / "t.sqlite3", exact=Exact(cache_time_dependent=True)) as cache:
         _store(cache, "What's the weather in Paris today?", "Sunny.")
         assert cache.lookup(cache.request("What is the weather in Paris today?")) is None
         assert cache.stats()["semantic"]["skipped_uncacheable"] >= 1
@@ -219,7 +219,7 @@ def test_a_reranker_can_refuse_candidates(tmp_path: Path) -> None:
         calls.append((query, questions))
         return [0.0 for _ in questions]
 
-    with Cache(path=tmp_path / "r.sqlite3", reranker=strict) as cache:
+    with Cache(path=tmp_path / "r.sqlite3", semantic=Semantic(reranker=strict)) as cache:
         _store(cache, "How do I reset my password?", "A")
         assert cache.lookup(cache.request("How can I reset my password?")) is None
         assert calls and calls[0][1] == ["How do I reset my password?"]
@@ -232,7 +232,8 @@ def test_the_reranker_threshold_is_the_callers(tmp_path: Path) -> None:
 
     for rerank_threshold, served in ((0.5, False), (0.2, True)):
         path = tmp_path / f"r{rerank_threshold}.sqlite3"
-        with Cache(path=path, reranker=lukewarm, rerank_threshold=rerank_threshold) as cache:
+        semantic = Semantic(reranker=lukewarm, rerank_threshold=rerank_threshold)
+        with Cache(path=path, semantic=semantic) as cache:
             _store(cache, "How do I reset my password?", "A")
             hit = cache.lookup(cache.request("How can I reset my password?"))
             assert (hit is not None) is served
@@ -267,7 +268,9 @@ def test_qdrant_server_path_with_the_same_payload_and_filters(tmp_path: Path) ->
     from qdrant_client import QdrantClient
 
     client = QdrantClient(location=":memory:")  # qdrant-client's own engine, same API as a server
-    with Cache(path=tmp_path / "l2.sqlite3", qdrant_client=client) as cache:
+    with Cache(
+        path=tmp_path / "l2.sqlite3", semantic=Semantic(index=Qdrant(client=client))
+    ) as cache:
         _store(cache, "How do I reset my password?", "A", tenant="x")
         hit = cache.lookup(cache.request("How can I reset my password?", tenant="x"))
         assert hit is not None and hit.level == "qdrant"
@@ -283,7 +286,7 @@ def test_unreachable_qdrant_server_leaves_the_exact_tier_working(tmp_path: Path)
     from conftest import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
-    with Cache(path=tmp_path / "l2.sqlite3", qdrant_url=url) as cache:
+    with Cache(path=tmp_path / "l2.sqlite3", semantic=Semantic(index=Qdrant(url))) as cache:
         request = cache.request("How do I reset my password?")
         assert cache.update(request, "A")  # exact tier stored it; the semantic write is skipped
         assert cache.lookup(cache.request("How can I reset my password?")) is None

@@ -9,16 +9,10 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from tricache import (
-    Cache,
-    CacheEntry,
-    CacheRequest,
-    CircuitBreaker,
-    CorruptEntry,
-    TtlPolicy,
-    exact_key,
-)
-from tricache.key.entry import SCHEMA_VERSION, decode_entry, encode_entry
+from tricache import Cache, CacheEntry, CacheRequest, TtlPolicy
+from tricache.key.entry import SCHEMA_VERSION, CorruptEntry, decode_entry, encode_entry
+from tricache.key.request import exact_key
+from tricache.ops.breaker import CircuitBreaker
 from tricache.stores.memory import TTLLRU
 
 
@@ -249,25 +243,60 @@ def test_epochs_only_move_forward_in_a_view() -> None:
 def test_settings_objects_and_the_old_keywords() -> None:
     import warnings
 
-    from tricache import Exact, Faq, Semantic
+    from tricache import Exact, Faq, Qdrant, Redis, Semantic
 
     cache = Cache(
-        l2=False, exact=Exact(bloom=False, l1_max_items=7), semantic=Semantic(threshold=0.95),
+        store=False, exact=Exact(bloom=False, l1_max_items=7), semantic=Semantic(threshold=0.95),
         faq=Faq(threshold=0.9), warm=False,
     )  # fmt: skip
     assert cache.exact.bloom is None and cache.exact.l1.max_items == 7
-    assert cache._semantic_options is not None and cache._semantic_options["threshold"] == 0.95
-    assert cache._faq_options is not None and cache._faq_options["threshold"] == 0.9
-    off = Cache(l2=False, semantic=False, faq=False, warm=False)
-    assert off._semantic_options is None and off._faq_options is None
-    with warnings.catch_warnings(record=True) as caught:  # one release of the old keywords
-        warnings.simplefilter("always")
-        old = Cache(l2=False, bloom=False, threshold=0.95, faq_threshold=0.9, warm=False)
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "Exact(...)" in str(caught[0].message) and "Semantic(...)" in str(caught[0].message)
-    assert old.exact.bloom is None and old._semantic_options["threshold"] == 0.95  # type: ignore[index]
-    assert old._faq_options["threshold"] == 0.9  # type: ignore[index]
+    assert cache.settings.semantic is not None and cache.settings.semantic.threshold == 0.95
+    assert cache.settings.faq is not None and cache.settings.faq.threshold == 0.9
+    off = Cache(store=False, semantic=False, faq=False, warm=False)
+    assert off.settings.semantic is None and off.settings.faq is None
+
+    def old_keywords(**kw: object) -> tuple[Cache, list[str]]:
+        """A cache made with keywords of earlier releases, and the warnings that call gave."""
+        with warnings.catch_warnings(record=True) as caught:  # one release of the old keywords
+            warnings.simplefilter("always")
+            made = Cache(warm=False, **kw)  # type: ignore[arg-type]
+        mine = [w for w in caught if w.filename == __file__]  # (not a warm-up thread's)
+        assert [w.category for w in mine] == [DeprecationWarning], [str(w) for w in mine]
+        return made, [str(w.message) for w in mine]
+
+    old, said = old_keywords(l2=False, bloom=False, threshold=0.95, faq_threshold=0.9)
+    assert "Exact(...)" in said[0] and "Semantic(...)" in said[0]
+    assert old.exact.bloom is None and old.settings.semantic.threshold == 0.95  # type: ignore[union-attr]
+    assert old.settings.faq.threshold == 0.9  # type: ignore[union-attr]
+    assert old.settings.l2 is False and "store=False" in said[0]
+    # the store's keywords: the Redis (not connected here: nothing listens on port 1)
+    url = "redis://127.0.0.1:1/0"
+    on_redis, said = old_keywords(
+        redis_url=url, cluster=True, timeout=0.2, semantic=False, faq=False
+    )
+    assert on_redis.settings.store == Redis(url, cluster=True, timeout=0.2)
+    assert "store=Redis(url, cluster=...)" in said[0] and "store=Redis(url, timeout=...)" in said[0]
+    store = on_redis.exact.store
+    assert store is not None and store.cluster is True and store.timeout == 0.2  # type: ignore[attr-defined]
+    on_redis.close()
+    # ... and Qdrant (with warm=False the tier is opened later, off this call)
+    on_qdrant, said = old_keywords(store=False, qdrant_url="http://127.0.0.1:1", faq=False)
+    assert on_qdrant.settings.semantic is not None
+    assert on_qdrant.settings.semantic.index == Qdrant("http://127.0.0.1:1")
+    assert "Semantic(index=Qdrant(url))" in said[0]
     with pytest.raises(TypeError, match="thresold"):
-        Cache(l2=False, thresold=0.9)
+        Cache(store=False, thresold=0.9)
     with pytest.raises(TypeError, match="Semantic"):
-        Cache(l2=False, semantic={"threshold": 0.9})  # type: ignore[arg-type]
+        Cache(store=False, semantic={"threshold": 0.9})  # type: ignore[arg-type]
+
+
+def test_where_the_store_and_the_index_are_is_said_once() -> None:
+    from tricache import Qdrant, Redis
+
+    url = "redis://127.0.0.1:1/0"
+    with pytest.raises(TypeError, match="redis_url"):
+        Cache(store=Redis(url), redis_url=url, semantic=False, faq=False)
+    with pytest.raises(TypeError):
+        Redis("")
+    with pytest.raises(TypeError):
+        Qdrant()

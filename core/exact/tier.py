@@ -1,49 +1,46 @@
 """The exact tier: normalized key → L1 (in-process TTL-LRU) → L2 (Redis or SQLite).
 
+Reads and writes live here; the rest of the tier has a module each: ``link.py`` (the store
+behind its breaker: fail-open, one timeout per lookup), ``sync.py`` (the versions, kept in step
+with the store, and the changes), ``misses.py`` (the versions each miss began under),
+``bloom.py``, ``policy.py`` (TTLs), ``upkeep.py`` (the background thread).
+
 Fail-open everywhere: a store error or timeout is a miss (or a dropped write), counted in the
 metrics, and a circuit breaker stops calling a failing store for a back-off period.
 
 Freshness (``versions``): an answer is written under the versions its request *began* with; an
 invalidation that lands while the LLM runs makes it unfit to store.  Nothing is served while
 this process cannot verify its versions with the store.
+
+Each read and write is written once, as steps (``runtime/steps.py``): ``get``/``aget`` and
+``put``/``aput`` only drive them.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
-import math
-import threading
 import time
-import weakref
-from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
-import msgpack
-
+from ..key.asked import Asked
 from ..key.entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
-from ..key.request import CacheRequest, exact_key
+from ..key.request import CacheRequest, entry_prefix, exact_key
 from ..ops.breaker import CircuitBreaker
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
-from ..stores.base import DamagedState, L2Store, VersionState
+from ..runtime.steps import Call, Steps, arun, run
+from ..settings import Exact
+from ..stores.base import L2Store
 from ..stores.memory import TTLLRU
 from .bloom import KeyFilter
+from .link import TIER, StoreLink, StoreUnavailable
+from .misses import UNFIT, MissLedger
 from .policy import TtlPolicy
+from .sync import VersionSync
 from .upkeep import Upkeep
-from .versions import KB, MIN_WATERMARK, Stamp, VersionView, tag_meta
+from .versions import Stamp, VersionView, tag_meta
 
 __all__ = ["ExactHit", "ExactTier", "StoreUnavailable"]
-
-log = logging.getLogger(__name__)
-TIER = "exact"
-
-
-class StoreUnavailable(Exception):
-    """The store could not say whether an entry is current (down, slow, or unverified)."""
 
 
 @dataclass(slots=True)
@@ -56,47 +53,51 @@ class ExactHit:
 class ExactTier:
     """Exact-match cache of one namespace over an optional shared L2 store."""
 
+    max_value_bytes = 4 * 2**20  # a larger answer is not stored
+    bloom_capacity = 1_000_000
+
     def __init__(
         self,
         store: L2Store | None,
+        settings: Exact,
         *,
         namespace: str = "default",
-        policy: TtlPolicy | None = None,
-        l1_max_items: int = 10_000,
-        l1_max_bytes: int = 64 * 2**20,
-        bloom: bool = True,
-        bloom_capacity: int = 1_000_000,
-        refresh_s: float = 0.5,
-        cache_version: str = "1",
         volatile_context: bool = False,
-        max_value_bytes: int = 4 * 2**20,
         metrics: Metrics | None = None,
-        breaker: CircuitBreaker | None = None,
     ) -> None:
-        self.store = store
         self.namespace = namespace
-        self.policy = policy or TtlPolicy()
-        self.l1: TTLLRU[CacheEntry] = TTLLRU(l1_max_items, l1_max_bytes)
-        self.bloom = KeyFilter(bloom_capacity) if bloom and store is not None else None
-        self.versions = VersionView(max_lag=max(2.0, 4 * refresh_s), local=store is None)
-        self.refresh_s = refresh_s
-        self.cache_version = cache_version
+        self.policy: TtlPolicy = settings.ttl or TtlPolicy()
+        self.refresh_s = settings.refresh_s
+        self.cache_version = settings.cache_version
         self.volatile_context = volatile_context
-        self.max_value_bytes = max_value_bytes
         self.metrics = metrics or Metrics()
-        self.breaker = breaker or CircuitBreaker()
+        self.link = StoreLink(store, CircuitBreaker(), self.metrics)
+        self.l1: TTLLRU[CacheEntry] = TTLLRU(settings.l1_max_items, settings.l1_max_bytes)
+        self.bloom = KeyFilter(self.bloom_capacity) if settings.bloom and store else None
+        self.versions = VersionView(max_lag=max(2.0, 4 * self.refresh_s), local=store is None)
+        self._upkeep = Upkeep(self, self.refresh_s, "tricache-upkeep")
+        self.sync = VersionSync(
+            self.link, namespace, self.versions, l1=self.l1, bloom=self.bloom, upkeep=self._upkeep
+        )
+        self.misses = MissLedger()
         self._next_refresh = 0.0
-        self._subscribed = store is None or not store.has_pubsub
-        self._id = next(_tier_ids)  # names this tier's misses in the caller's context
-        self._upkeep = Upkeep(self, refresh_s, "tricache-upkeep")
-        self._wanted: set[str] = set()  # names a lookup could not judge: the next poll reads them
-        self._poll_wanted = False
-        self._wanted_lock = threading.Lock()
-        self._warned_at = -_WARN_EVERY_S
-        on_fork(self._after_fork)
-        self._place = (_location(store), namespace)
-        _SIBLINGS.setdefault(self._place, weakref.WeakSet()).add(self)
-        self._policy_checked = store is None
+        on_fork(self.sync.after_fork)
+
+    @property
+    def store(self) -> L2Store | None:
+        return self.link.store
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self.link.breaker
+
+    @breaker.setter
+    def breaker(self, breaker: CircuitBreaker) -> None:
+        self.link.breaker = breaker
+
+    @property
+    def store_name(self) -> str:
+        return self.link.name
 
     def key(self, request: CacheRequest) -> str:
         if request.namespace != self.namespace:
@@ -110,70 +111,42 @@ class ExactTier:
     # versions are unverified (first use, store trouble) or the request has tags this process
     # has not read.  Everything else the store is asked (polls, the Bloom filter's catch-up,
     # what an entry from L2 needs) is the upkeep thread's job.
-    def get(self, request: CacheRequest) -> ExactHit | None:
-        key, tags = self.key(request), request.tags
-        done, hit = self._without_l2(key, tags, self._ready(tags))
-        if done:
-            return hit
-        try:
-            record = self.store.get(key)  # type: ignore[union-attr]
-        except Exception as exc:
-            self._failed("read", exc)
-            return self._settled(key, tags, None)
-        return self._settled(key, tags, self._read(key, record))
+    def get(self, asked: Asked) -> ExactHit | None:
+        return run(self.get_steps(asked))
 
-    async def aget(self, request: CacheRequest) -> ExactHit | None:
-        key, tags = self.key(request), request.tags
-        done, hit = self._without_l2(key, tags, await self._aready(tags))
-        if done:
-            return hit
-        try:
-            record = await self.store.aget(key)  # type: ignore[union-attr]
-        except Exception as exc:
-            self._failed("read", exc)
-            return self._settled(key, tags, None)
-        return self._settled(key, tags, self._read(key, record))
+    async def aget(self, asked: Asked) -> ExactHit | None:
+        return await arun(self.get_steps(asked))
 
-    def _ready(self, tags: tuple[str, ...]) -> bool:
-        """Make the view fit for a request with ``tags`` (one poll, when needed and the
-        breaker allows); ``False`` when that call failed: the lookup has spent its budget."""
-        names = self._missing(tags)
-        return names is None or self._poll(names)
-
-    async def _aready(self, tags: tuple[str, ...]) -> bool:
-        names = self._missing(tags)
-        return names is None or await self._apoll(names)
-
-    def _missing(self, tags: tuple[str, ...]) -> list[str] | None:
-        """The names a poll must read before this request (``[]``: just the changes), or
-        ``None`` when no store call is needed or allowed now."""
-        if self.store is None:
-            return None
-        self._upkeep.start()
-        names = [tag_meta(t) for t in self.versions.unknown(tags)]
-        if (not names and self.versions.verified()) or not self.breaker.allow():
-            return None
-        return names
-
-    def _without_l2(
-        self, key: str, tags: tuple[str, ...], reachable: bool
-    ) -> tuple[bool, ExactHit | None]:
-        """(True, result) when the lookup is decided before L2: a hit in L1, or a miss (the
-        Bloom filter, the breaker, an unreachable store, or versions it cannot vouch for)."""
+    def get_steps(self, asked: Asked) -> Steps[ExactHit | None]:
+        """A lookup begins: L1, then (when the versions, the Bloom filter and the breaker let
+        it) L2.  A miss records the versions it began under (``misses``)."""
+        key, tags = asked.key, asked.tags
+        self.link.begin_lookup()
+        names = self.sync.missing(tags)  # None: no store call needed (or allowed) first
+        reachable = names is None or (yield from self.sync.poll_steps(names))
         if not self.versions.verified():
             self.metrics.incr(TIER, "unverified_skips")
             self._miss()
-            _remember((self._id, key), _UNFIT)
-            return True, None
+            self.misses.record(key, UNFIT)
+            return None
         hit = self._from_l1(key)
         if hit is not None or not self._should_read_l2(key, reachable):
-            return True, self._settled(key, tags, hit)
-        return False, None
+            return self._settled(key, tags, hit)
+        try:
+            record = yield Call(self.store, "get", key)
+        except Exception as exc:
+            self.link.failed("read", exc)
+            return self._settled(key, tags, None)
+        self.breaker.success()
+        if record is None:
+            self._miss()
+            return self._settled(key, tags, None)
+        return self._settled(key, tags, self._from_l2(key, record))
 
     def _settled(self, key: str, tags: tuple[str, ...], hit: ExactHit | None) -> ExactHit | None:
         """A miss remembers the versions it began under, for the answer the caller will write."""
         if hit is None:
-            _remember((self._id, key), self._stamp(tags) or _UNFIT)
+            self.misses.record(key, self._stamp(tags) or UNFIT)
         return hit
 
     def _stamp(self, tags: tuple[str, ...]) -> Stamp | None:
@@ -183,21 +156,14 @@ class ExactTier:
             return None
         return self.versions.stamp(tags)
 
-    def _read(self, key: str, record: Any) -> ExactHit | None:
-        self.breaker.success()
-        if record is None:
-            self._miss()
-            return None
-        return self._from_l2(key, record)
-
-    def current(self, request: CacheRequest) -> CacheEntry | None:
-        """The entry stored for ``request`` now, its versions verified first (one poll when
+    def current(self, asked: Asked) -> CacheEntry | None:
+        """The entry stored for ``asked`` now, its versions verified first (one poll when
         needed), or ``None`` when it is gone or the store cannot tell: for background work."""
-        self.start_lookup()
-        if not self._ready(request.tags):
+        self.link.begin_lookup()
+        if not run(self.sync.ready(asked.tags)):
             return None
         try:
-            return self.fetch(self.key(request))
+            return self.fetch(asked.key)
         except StoreUnavailable:
             return None
 
@@ -207,21 +173,21 @@ class ExactTier:
         now.  For tiers that hold references to exact entries; not counted as a lookup."""
         if not self.versions.verified():
             raise StoreUnavailable("versions not verified with the store")
-        if _trouble.get():
+        if self.link.spent():
             raise StoreUnavailable("the store already failed this lookup")  # one timeout at most
         entry = self.l1.get(key)
         if entry is not None:
             if self._judge(entry) is None:
                 return entry
             self.l1.pop(key)
-        if self.store is None or not key.startswith(f"tricache:{self.namespace}:x:"):
+        if self.store is None or not key.startswith(entry_prefix(self.namespace)):
             return None
         if not self.breaker.allow():
             raise StoreUnavailable("circuit breaker open")
         try:
             record = self.store.get(key)
         except Exception as exc:
-            self._failed("fetch", exc)
+            self.link.failed("fetch", exc)
             raise StoreUnavailable(str(exc)) from None
         self.breaker.success()
         if record is None:
@@ -230,11 +196,11 @@ class ExactTier:
             entry = decode_entry(record.value, record.watermark)
         except CorruptEntry:
             self.metrics.incr(TIER, "corrupt")
-            self._delete(key)
+            self.link.delete(key)
             return None
         if self._judge(entry, written=record.watermark) is not None:
             self.metrics.incr(TIER, "stale")
-            self._delete(key)
+            self.link.delete(key)
             return None
         self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
         return entry
@@ -242,20 +208,7 @@ class ExactTier:
     def delete(self, key: str) -> None:
         """Remove one entry from L1 and L2."""
         self.l1.pop(key)
-        self._delete(key)
-
-    def start_lookup(self) -> None:
-        """A lookup begins (in this thread or task): it may spend one store timeout."""
-        _trouble.set(False)
-
-    def began(self, request: CacheRequest) -> Stamp | None:
-        """The versions the last miss of ``request`` in this thread or task began under."""
-        return _began.get().get((self._id, self.key(request)))
-
-    def settle(self, request: CacheRequest) -> None:
-        """The miss of ``request`` was answered another way (semantic tier, FAQ): no write
-        will follow it."""
-        _recall((self._id, self.key(request)))
+        self.link.delete(key)
 
     def _from_l1(self, key: str) -> ExactHit | None:
         entry = self.l1.get(key)
@@ -301,9 +254,9 @@ class ExactTier:
         try:
             entry = decode_entry(record.value, record.watermark)
         except CorruptEntry as exc:
-            self._warn("corrupt value at %s deleted (%s)", key, exc)
+            self.link.warn("corrupt value at %s deleted (%s)", key, exc)
             self.metrics.incr(TIER, "corrupt")
-            self._delete(key)
+            self.link.delete(key)
             self._miss()
             return None
         try:
@@ -314,7 +267,7 @@ class ExactTier:
         if reason is not None:
             self.metrics.incr(TIER, f"stale_{reason}")
             self.metrics.incr(TIER, "stale")
-            self._delete(key)
+            self.link.delete(key)
             self._miss()
             return None
         self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
@@ -331,59 +284,43 @@ class ExactTier:
         reason = self.versions.stale_reason(entry)
         newer_maybe = written is None or written >= self.versions.verified_clock - _CLOCK_MARGIN_S
         if reason == "epoch" and written is not None and newer_maybe:
-            self._learn_soon([])
+            self.sync.learn_soon([])
             raise StoreUnavailable("an entry of an epoch this view has not seen")
         if reason == "unknown_tag":
-            self._learn_soon([tag_meta(t) for t in self.versions.unknown(list(entry.tag_versions))])
+            unknown = self.versions.unknown(list(entry.tag_versions))
+            self.sync.learn_soon([tag_meta(t) for t in unknown])
             raise StoreUnavailable("tag versions not read yet")
         return reason
-
-    def _learn_soon(self, names: list[str]) -> None:
-        """Have the upkeep thread read ``names`` (and the changes) now."""
-        with self._wanted_lock:
-            self._wanted.update(names)
-            self._poll_wanted = True
-        self._upkeep.wake()
 
     def _miss(self) -> None:
         self.metrics.incr(TIER, "misses")
 
+    # the miss ledger -----------------------------------------------------------------------
+    def began(self, key: str) -> Stamp | None:
+        """The versions the last miss of ``key`` in this thread or task began under."""
+        return self.misses.peek(key)
+
+    def settle(self, key: str) -> None:
+        """The miss of ``key`` was answered another way (semantic tier, FAQ): no write will
+        follow it."""
+        self.misses.take(key)
+
     # write ---------------------------------------------------------------------------------
-    def put(
-        self,
-        request: CacheRequest,
-        text: str,
-        payload: Any = None,
-        *,
-        category: str | None = None,
-        negative: bool = False,
-        tokens: int = 0,
-        model: str = "",
-        stamp: Stamp | None = None,
-    ) -> CacheEntry | None:
+    def put(self, asked: Asked, text: str, payload: Any = None, **fields: Any) -> CacheEntry | None:
         """Store an answer; ``None`` when it was not stored (too large, stale, or dropped).
-        ``stamp``: the versions its request began under (by default those its lookup's miss
-        recorded, else the current ones)."""
-        if stamp is None and self._missing(request.tags) is not None:
-            self._ready(request.tags)  # an update with no lookup before it: read the versions
-        prepared = self._prepare(request, text, payload, category, negative, tokens, model, stamp)
-        if prepared is None:
-            return None
-        key, entry, data, ttl, stamp = prepared
-        if self._may_write():
-            try:
-                written = self.store.set(key, data, ttl)  # type: ignore[union-attr]
-                self.breaker.success()
-            except Exception as exc:
-                self._failed("write", exc)
-            else:
-                if not self._still_current(key, entry, stamp, written, self._poll()):
-                    return None
-        return self._finish_put(key, entry, data)
+        ``fields``: ``category``, ``negative``, ``tokens``, ``model`` and ``stamp``, the versions
+        its request began under (by default those its lookup's miss recorded, else the current
+        ones)."""
+        return run(self.put_steps(asked, text, payload, **fields))
 
     async def aput(
+        self, asked: Asked, text: str, payload: Any = None, **fields: Any
+    ) -> CacheEntry | None:
+        return await arun(self.put_steps(asked, text, payload, **fields))
+
+    def put_steps(
         self,
-        request: CacheRequest,
+        asked: Asked,
         text: str,
         payload: Any = None,
         *,
@@ -392,23 +329,29 @@ class ExactTier:
         tokens: int = 0,
         model: str = "",
         stamp: Stamp | None = None,
-    ) -> CacheEntry | None:
-        if stamp is None and self._missing(request.tags) is not None:
-            await self._aready(request.tags)
-        prepared = self._prepare(request, text, payload, category, negative, tokens, model, stamp)
+    ) -> Steps[CacheEntry | None]:
+        if stamp is None and self.sync.missing(asked.tags) is not None:
+            yield from self.sync.ready(asked.tags)  # an update with no lookup before it
+        prepared = self._prepare(asked, text, payload, category, negative, tokens, model, stamp)
         if prepared is None:
             return None
-        key, entry, data, ttl, stamp = prepared
+        entry, data, ttl, stamp = prepared
+        key = asked.key
         if self._may_write():
             try:
-                written = await self.store.aset(key, data, ttl)  # type: ignore[union-attr]
+                written = yield Call(self.store, "set", key, data, ttl)
                 self.breaker.success()
             except Exception as exc:
-                self._failed("write", exc)
+                self.link.failed("write", exc)
             else:
-                if not self._still_current(key, entry, stamp, written, await self._apoll()):
+                polled = yield from self.sync.poll_steps()
+                if not self._still_current(key, entry, stamp, written, polled):
                     return None
-        return self._finish_put(key, entry, data)
+        if self.bloom is not None:
+            self.bloom.add(key)
+        self.l1.set(key, entry, self._l1_ttl(entry), size=len(data))
+        self.metrics.incr(TIER, "writes")
+        return entry
 
     def _still_current(
         self, key: str, entry: CacheEntry, stamp: Stamp, written: float, polled: bool
@@ -420,7 +363,7 @@ class ExactTier:
         if not polled or self.versions.current(stamp):
             return True
         self.metrics.incr(TIER, "stale_writes")
-        self._delete(key)
+        self.link.delete(key)
         return False
 
     def _may_write(self) -> bool:
@@ -434,7 +377,7 @@ class ExactTier:
 
     def _prepare(
         self,
-        request: CacheRequest,
+        asked: Asked,
         text: str,
         payload: Any,
         category: str | None,
@@ -442,17 +385,17 @@ class ExactTier:
         tokens: int,
         model: str,
         stamp: Stamp | None,
-    ) -> tuple[str, CacheEntry, bytes, float, Stamp] | None:
+    ) -> tuple[CacheEntry, bytes, float, Stamp] | None:
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
-        key = self.key(request)
-        category = category or request.category
+        tags = asked.tags
+        category = category or asked.request.category
         # the versions its lookup began under; an update with no lookup: the current ones
-        stamp = stamp or _recall((self._id, key)) or self._stamp(request.tags) or _UNFIT
-        if stamp is _UNFIT:  # its versions could not be read when it began
+        stamp = stamp or self.misses.take(asked.key) or self._stamp(tags) or UNFIT
+        if stamp is UNFIT:  # its versions could not be read when it began
             self.metrics.incr(TIER, "unverified_writes")
             return None
-        if set(stamp.tags) != set(request.tags) or not self.versions.current(stamp):
+        if set(stamp.tags) != set(tags) or not self.versions.current(stamp):
             self.metrics.incr(TIER, "stale_writes")  # the versions moved during the call
             return None
         entry = CacheEntry(
@@ -467,215 +410,49 @@ class ExactTier:
             self.metrics.incr(TIER, "too_large")
             return None
         entry.watermark = stamp.started
-        return key, entry, data, self.policy.ttl(category, negative=negative), stamp
-
-    def _finish_put(self, key: str, entry: CacheEntry, data: bytes) -> CacheEntry:
-        if self.bloom is not None:
-            self.bloom.add(key)
-        self.l1.set(key, entry, self._l1_ttl(entry), size=len(data))
-        self.metrics.incr(TIER, "writes")
-        return entry
+        return entry, data, self.policy.ttl(category, negative=negative), stamp
 
     def _l1_ttl(self, entry: CacheEntry) -> float:
         return min(self.policy.l1, self.policy.base_ttl(entry.category, negative=entry.negative))
 
-    # versions, invalidation, eviction ------------------------------------------------------
+    # background, invalidation, eviction ----------------------------------------------------
     def upkeep(self) -> None:
         """What the upkeep thread does, every ``refresh_s`` or when woken: poll the versions
         (plus names a lookup could not judge), catch the Bloom filter up, and once check
         Redis's eviction policy.  Each step behind the breaker."""
         if self.store is None or not self.breaker.allow():
             return
-        with self._wanted_lock:
-            names, self._wanted = sorted(self._wanted), set()
-            wanted, self._poll_wanted = self._poll_wanted, False
+        wanted, names = self.sync.take_wanted()
         if wanted or names or time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self.refresh_s
-            if not self._poll(names):
+            if not self.sync.poll(names):
                 return
         bloom = self.bloom
         if bloom is not None and bloom.ready and bloom.sync_due() and self.breaker.allow():
             try:
                 bloom.sync(self.store, self.namespace)
             except Exception as exc:
-                self._failed("refresh", exc)
-        if not self._policy_checked and self.breaker.allow():
-            self._policy_checked = True
-            try:
-                _warn_if_evicting(self.store.eviction_policy())
-            except Exception as exc:
-                log.debug("tricache: eviction policy unknown (%s)", exc)
-
-    def _poll(self, names: list[str] | None = None) -> bool:
-        """Bring the versions up to date (plus ``names``); ``False`` when the store failed."""
-        if self.store is None:
-            return True
-        try:
-            self._subscribe()
-            for _ in range(_POLLS_PER_REFRESH):
-                asked, (epoch, after) = (time.time(), time.monotonic()), self.versions.position()
-                try:
-                    state = self.store.poll(self.namespace, epoch, after, names or ())
-                except DamagedState as exc:
-                    self._restart_epoch(exc.epoch, str(exc))
-                    continue
-                if self._take(state, asked, after):
-                    break
-                names = None
-            self._after_poll()
-        except Exception as exc:
-            self._failed("refresh", exc)
-            return False
-        self.breaker.success()
-        return True
-
-    async def _apoll(self, names: list[str] | None = None) -> bool:
-        if self.store is None:
-            return True
-        try:
-            self._subscribe()
-            for _ in range(_POLLS_PER_REFRESH):
-                asked, (epoch, after) = (time.time(), time.monotonic()), self.versions.position()
-                try:
-                    state = await self.store.apoll(self.namespace, epoch, after, names or ())
-                except DamagedState as exc:
-                    self._restart_epoch(exc.epoch, str(exc))
-                    continue
-                if self._take(state, asked, after):
-                    break
-                names = None
-            self._after_poll()
-        except Exception as exc:
-            self._failed("refresh", exc)
-            return False
-        self.breaker.success()
-        return True
-
-    def _after_fork(self) -> None:
-        self._wanted_lock = threading.Lock()
-        self._subscribed = self.store is None or not self.store.has_pubsub  # no listener here
-
-    def _subscribe(self) -> None:
-        if not self._subscribed:
-            assert self.store is not None
-            # The listener thread holds its callback: a bound method would keep this tier (and
-            # its upkeep thread, polling) alive after a cache dropped without close().  When
-            # the tier is collected, the listener ends.  (Not ``close``: from the collector it
-            # could run an idle event loop, with whatever that loop still had to do.)
-            tier = weakref.ref(self)
-            self.store.subscribe(self.namespace, lambda message: _deliver(tier, message))
-            weakref.finalize(self, self.store.unsubscribe).atexit = False
-            self._subscribed = True
-
-    def _take(self, state: VersionState, asked: tuple[float, float], after: int) -> bool:
-        """Apply one poll's answer; ``True`` when the view is now up to date."""
-        if self.versions.went_back(state, after) or self.versions.retired(state.epoch):
-            self._restart_epoch(state.epoch, "fewer changes than seen (an older snapshot?)")
-            return False
-        self._learn(state, asked)
-        return state.upto >= state.seq
-
-    def _restart_epoch(self, epoch: str, why: str) -> None:
-        """The store's state cannot be trusted: every entry of ``epoch`` becomes stale."""
-        log.warning("tricache: %s version state: %s; starting a new epoch", self.store_name, why)
-        self.metrics.incr(TIER, "epochs_restarted")
-        self.store.new_epoch(self.namespace, epoch)  # type: ignore[union-attr]
-
-    def _learn(self, state: VersionState, asked: tuple[float, float] | None = None) -> None:
-        before = (self.versions.epoch, self.versions.kb, self.versions.min_watermark)
-        if self.versions.apply(state, asked=asked) and before[0]:
-            self.metrics.incr(TIER, "new_epochs")
-        if (self.versions.epoch, self.versions.kb, self.versions.min_watermark) != before:
-            self._sweep_l1()
-
-    def _after_poll(self) -> None:
-        if self.bloom is not None and not self.bloom.ready:
-            self.bloom.sync(self.store, self.namespace)  # type: ignore[arg-type]  # starts the load
-        if not self._policy_checked:
-            self._upkeep.wake()  # checks the eviction policy, off the request path
-
-    def _sweep_l1(self) -> None:
-        fresh = (None, "unknown_tag")  # an unknown tag is read when the entry is next asked for
-        dropped = self.l1.remove_if(lambda e: self.versions.stale_reason(e) not in fresh)
-        if dropped:
-            self.metrics.incr(TIER, "l1_invalidated", dropped)
+                self.link.failed("refresh", exc)
+        self.sync.check_policy()
 
     def invalidate(self, tag: str) -> int:
         """Make every entry written under ``tag`` unreachable, in every process."""
-        return int(self._change(tag_meta(tag), None))
+        return self.sync.invalidate(tag)
 
     def bump_kb_version(self) -> int:
         """New knowledge-base version: every existing entry of the namespace becomes stale."""
-        return int(self._change(KB, None))
+        return self.sync.bump_kb_version()
 
     def set_min_watermark(self, watermark: float | None = None) -> float:
-        """Entries whose requests began before ``watermark`` become stale; the time is on the
-        store's clock (``None``: the store's clock now).  The floor never goes down: a lower
-        value leaves it where it is.  Returns the floor now in force."""
-        if watermark is not None and not math.isfinite(watermark):
-            raise ValueError(f"watermark must be a finite time, got {watermark!r}")
-        return self._change(MIN_WATERMARK, watermark)
-
-    def _change(self, name: str, value: float | None) -> float:
-        """Raises ``StoreUnavailable`` when the store is unreachable: an invalidation must not
-        be lost silently."""
-        if self.store is None:
-            state = VersionState(self.versions.epoch, time.time(), 0, 0,
-                                 {name: self.versions.next_local(name, value)})  # fmt: skip
-            self._learn(state)
-            return state.values[name]
-        try:
-            for _ in range(2):
-                epoch, seen = self.versions.position()
-                state = self._send_change(name, value)
-                if not (state.epoch == epoch and state.seq <= seen):
-                    break
-                # the store counts fewer changes than this process saw: it lost some (an older
-                # snapshot, then this change): nothing of this epoch can be trusted
-                self._restart_epoch(epoch, "fewer changes than seen (an older snapshot?)")
-        except DamagedState as exc:
-            self._restart_epoch(exc.epoch, str(exc))
-            state = self._send_change(name, value)
-        except Exception as exc:
-            raise StoreUnavailable(f"{self.store_name} did not take the change: {exc}") from exc
-        for tier in self._siblings():  # other caches of this process learn it now, not at a poll
-            tier._learn(state)
-        self._publish([state.epoch, name, state.values[name]])
-        return state.values[name]
-
-    def _send_change(self, name: str, value: float | None) -> VersionState:
-        if name == MIN_WATERMARK:
-            return self.store.set_floor(self.namespace, value)  # type: ignore[union-attr]
-        return self.store.bump(self.namespace, name)  # type: ignore[union-attr]
-
-    def _siblings(self) -> list[ExactTier]:
-        """The tiers of this process over the same store and namespace, this one included."""
-        return list(_SIBLINGS.get(self._place, ()))
-
-    def _publish(self, event: list[Any]) -> None:
-        try:
-            self.store.publish(self.namespace, msgpack.packb(event))  # type: ignore[union-attr]
-        except Exception as exc:  # other processes still learn it by polling
-            log.warning("tricache: invalidation event not published: %s", exc)
-
-    def _on_event(self, message: bytes) -> None:
-        try:
-            epoch, name, value = msgpack.unpackb(message)
-            known = self.versions.observe(str(epoch), str(name), float(value))
-        except Exception:
-            self.metrics.incr(TIER, "bad_events")
-            return
-        if not known:  # another epoch (or a new one): ask the store now
-            self._learn_soon([])
-        elif name in (KB, MIN_WATERMARK):
-            self._sweep_l1()
+        """Entries whose requests began before ``watermark`` (store clock) become stale."""
+        return self.sync.set_min_watermark(watermark)
 
     def evict(self) -> dict[str, int]:
         """Delete every stale or corrupt entry of the namespace from L2 (active eviction)."""
         counts = {"scanned": 0, "stale": 0, "corrupt": 0}
         if self.store is None:
             return counts
-        if not self._poll():
+        if not self.sync.poll():
             raise StoreUnavailable(f"{self.store_name} did not answer")
         doomed = []
         for key, record in self.store.scan(self.namespace):
@@ -690,7 +467,7 @@ class ExactTier:
                 counts["stale"] += 1
                 doomed.append(key)
         self.store.delete(doomed)
-        self._sweep_l1()
+        self.sync.sweep_l1()
         return counts
 
     def _evictable(self, entry: CacheEntry, written: float) -> bool:
@@ -699,56 +476,16 @@ class ExactTier:
             try:
                 return self._judge(entry, written=written) is not None
             except StoreUnavailable:
-                self._poll([tag_meta(t) for t in entry.tag_versions])
+                self.sync.poll([tag_meta(t) for t in entry.tag_versions])
         return False  # cannot tell: the entry stays
 
     def clear(self) -> None:
-        """Drop every entry of the namespace, in L2 and in every process's L1: a new epoch
-        makes whatever survives (in L1s, in a store that missed the deletes) stale."""
+        """Drop every entry of the namespace, in L2 and in every process's L1."""
         self.l1.clear()
         if self.store is None:
             return
-        try:
-            epoch = self.store.new_epoch(self.namespace, None)
-        except Exception as exc:
-            raise StoreUnavailable(f"{self.store_name} did not take the change: {exc}") from exc
-        for tier in self._siblings():
-            tier.l1.clear()
-            tier._poll()
-        self._publish([epoch, "", 0])
+        self.sync.new_epoch()
         self.store.clear(self.namespace)
-
-    # failures ------------------------------------------------------------------------------
-    def _failed(self, what: str, exc: Exception) -> None:
-        _trouble.set(True)
-        self.breaker.failure()
-        self.metrics.incr(TIER, f"{what}_errors")
-        if what == "write":
-            self.metrics.incr(TIER, "dropped_writes")
-        self._warn("%s store %s failed: %s", self.store_name, what, exc)
-        if what == "read":
-            self._miss()
-
-    def _warn(self, message: str, *args: object) -> None:
-        """A warning at most every 10 s (an outage, or a store full of garbage, is one line
-        now and then, not one a lookup); the others at debug level."""
-        now = time.monotonic()
-        loud = now - self._warned_at >= _WARN_EVERY_S
-        if loud:
-            self._warned_at = now
-        log.log(logging.WARNING if loud else logging.DEBUG, "tricache: " + message, *args)
-
-    def _delete(self, key: str) -> None:
-        if self.store is None or not self.breaker.allow():
-            return
-        try:
-            self.store.delete([key])
-        except Exception as exc:
-            self._failed("delete", exc)
-
-    @property
-    def store_name(self) -> str:
-        return self.store.name if self.store is not None else "none"
 
     def close(self) -> None:
         self._upkeep.stop()
@@ -756,66 +493,6 @@ class ExactTier:
             self.store.close()
 
 
-def _deliver(ref: weakref.ref[ExactTier], message: bytes) -> None:
-    tier = ref()
-    if tier is not None:
-        tier._on_event(message)
-
-
-_UNFIT = Stamp("", 0, 0.0)  # never current: the answer of its request is not stored
 # Redis Cluster nodes' clocks may differ a little; misjudging within it loses an entry (a newer
 # one taken for stale is deleted), never serves a stale one.
 _CLOCK_MARGIN_S = 0.05
-_WARN_EVERY_S = 10.0
-_POLLS_PER_REFRESH = 4  # a poll returns up to 5,000 changes; a view far behind asks again
-
-
-def _warn_if_evicting(policy: str | None) -> None:
-    """Redis evicting keys that have no TTL can drop the version state: no stale answer
-    follows (a new epoch starts), but every cached entry of the namespace is lost with it."""
-    if policy and policy.startswith("allkeys"):
-        log.warning(
-            "tricache: Redis maxmemory-policy is %s: evicting the version state empties the "
-            "cache (safely). Use volatile-lru, volatile-ttl or noeviction (docs/security.md).",
-            policy,
-        )
-
-
-def _remember(key: tuple[int, str], stamp: Stamp) -> None:
-    """Record, in the caller's context (its thread or task), the versions a miss began under:
-    the answer that context computes for ``key`` (a tier's id, an exact key) is written with
-    them."""
-    began = {k: v for k, v in _began.get().items() if k != key}
-    began[key] = stamp
-    if len(began) > _BEGAN_KEPT:
-        began = dict(list(began.items())[-_BEGAN_KEPT:])
-    _began.set(began)  # a new dict: other contexts keep theirs
-
-
-def _recall(key: tuple[int, str]) -> Stamp | None:
-    began = _began.get()
-    if key not in began:
-        return None
-    _began.set({k: v for k, v in began.items() if k != key})
-    return began[key]
-
-
-_began: ContextVar[Mapping[tuple[int, str], Stamp]] = ContextVar(
-    "tricache_began", default=MappingProxyType({})
-)
-_tier_ids = itertools.count()
-# set when a store call failed in this thread or task since its lookup began: the rest of the
-# lookup (the semantic tier's references) asks the store nothing more
-_trouble: ContextVar[bool] = ContextVar("tricache_store_trouble", default=False)
-_SIBLINGS: dict[tuple[str, str], weakref.WeakSet[ExactTier]] = {}
-
-
-def _location(store: L2Store | None) -> str:
-    """What identifies a store across the caches of one process."""
-    if store is None:
-        return f"none:{next(_tier_ids)}"  # no store: nothing shared (a unique place)
-    where = getattr(store, "url", None) or getattr(store, "path", None)
-    return f"{store.name}:{where}" if where is not None else f"{store.name}:{id(store)}"
-
-
-_BEGAN_KEPT = 256  # misses remembered per context (a batch of prompts misses together)

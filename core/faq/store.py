@@ -33,6 +33,7 @@ from ..runtime.home import private_sqlite
 from ..semantic.embed import Embedder
 from ..semantic.guards.canonical import canonical
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, any_substitution, check
+from ..settings import DEFAULT_FAQ
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
 
@@ -104,7 +105,7 @@ class FaqStore:
         *,
         namespace: str = "default",
         embedder: Embedder | None = None,
-        threshold: float = 0.80,
+        threshold: float = DEFAULT_FAQ.threshold,
         guards: Sequence[Guard] = FAQ_GUARDS,
         candidates: int = 10,
     ) -> None:

@@ -20,7 +20,9 @@ __all__ = [
     "context_token",
     "decode_request",
     "encode_request",
+    "entry_prefix",
     "exact_key",
+    "is_entry_key",
     "memo_bytes",
     "normalize_query",
     "text_bytes",
@@ -209,7 +211,21 @@ def exact_key(request: CacheRequest, *, cache_version: str = "1", volatile: bool
     # length-prefixed parts: no two different requests produce the same material
     material = "".join([f"{len(p)}:{p}" for p in parts])
     digest = blake2b(text_bytes(material), digest_size=20).hexdigest()
-    return f"tricache:{request.namespace}:x:{digest}"
+    return entry_prefix(request.namespace) + digest
+
+
+def entry_prefix(namespace: str) -> str:
+    """What every exact-tier key of ``namespace`` starts with (the stores scan by it)."""
+    return f"tricache:{namespace}:x:"
+
+
+def is_entry_key(key: str, namespace: str) -> bool:
+    """True when ``key`` has the form of an exact-tier key of ``namespace``."""
+    prefix = entry_prefix(namespace)
+    return key.startswith(prefix) and _DIGEST.fullmatch(key[len(prefix) :]) is not None
+
+
+_DIGEST = re.compile(r"[0-9a-f]{40}")
 
 
 # Memos bounded by bytes.  A short text is its own key; a longer one is keyed on its digest

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter, defaultdict, deque
 from typing import Any
 
 from ..runtime.forks import on_fork
 
-__all__ = ["Metrics"]
+_log = logging.getLogger("tricache.cache")  # the fail-open guarantee is the Cache's
+
+__all__ = ["Metrics", "failed"]
 
 
 class Metrics:
@@ -52,3 +55,10 @@ class Metrics:
         with self._lock:
             self._counts.clear()
             self._latency.clear()
+
+
+def failed(metrics: Metrics, what: str, exc: BaseException) -> None:
+    """A tier failed (``what``: "lookup", "semantic update" …): counted under ``cache`` and
+    logged with its traceback; the app is answered without the cache."""
+    metrics.incr("cache", f"{what.replace(' ', '_')}_errors")
+    _log.error("tricache: %s failed; answering without the cache", what, exc_info=exc)

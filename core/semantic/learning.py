@@ -53,8 +53,9 @@ from ..key.normalize import normalize
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import LabelLog
+from .guards.analysis import analyze
 from .guards.canonical import canonical
-from .guards.checks import analyze, check
+from .guards.checks import check
 
 __all__ = ["Alias", "Judge", "Label", "Learning", "Pending", "same_answer"]
 

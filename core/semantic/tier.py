@@ -30,16 +30,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..exact.tier import StoreUnavailable
+from ..exact.link import StoreUnavailable
 from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
 from ..key.request import CacheRequest, context_fingerprint
 from ..ops.metrics import Metrics
+from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
 from .embed import Embedder
+from .guards.cacheable import is_cacheable
 from .guards.canonical import canonical
-from .guards.checks import DEFAULT_GUARDS, Guard, check, is_cacheable, warm_up
+from .guards.checks import Guard, check, warm_up
 from .index.vectors import Candidate, VectorIndex
 from .learning import Learning, Pending, pool_of
 
@@ -67,8 +69,6 @@ CATEGORY_OFFSETS: dict[str, float] = {
     "chitchat": -0.03,
 }
 
-Reranker = Callable[[str, Sequence[str]], Sequence[float]]
-
 
 @dataclass(slots=True)
 class SemanticHit:
@@ -95,6 +95,13 @@ class Decision:
     threshold: float | None = None  # the threshold in force (learned or calibrated)
 
 
+class _Unset:
+    """``located`` not given: the tier locates the question itself."""
+
+
+_UNSET = _Unset()
+
+
 class SemanticTier:
     """Semantic matching over one vector index, one embedder and the guards."""
 
@@ -104,12 +111,12 @@ class SemanticTier:
         embedder: Embedder,
         *,
         threshold: float | None = None,
-        top_k: int = 5,
-        guards: Sequence[Guard] = DEFAULT_GUARDS,
+        top_k: int = DEFAULT_SEMANTIC.top_k,
+        guards: Sequence[Guard] = DEFAULT_SEMANTIC.guards,
         cacheable: Callable[[str], bool] = is_cacheable,
         category_offsets: Mapping[str, float] | None = None,
         reranker: Reranker | None = None,
-        rerank_threshold: float = 0.5,
+        rerank_threshold: float = DEFAULT_SEMANTIC.rerank_threshold,
         volatile_context: bool = False,
         max_chars: int = 2000,
         metrics: Metrics | None = None,
@@ -154,14 +161,19 @@ class SemanticTier:
         request: CacheRequest,
         resolve: Callable[[str], CacheEntry | None],
         key: str = "",
+        *,
+        located: Located | _Unset | None = _UNSET,
     ) -> SemanticHit | None:
         """The best guarded match for ``request``; ``resolve`` turns a stored reference into
         the current entry (``None`` when it expired or went stale, ``StoreUnavailable`` when
         that cannot be known now).  ``key`` (the request's exact key) lets a miss be labelled
-        by the answer the LLM gives it (``learning``)."""
+        by the answer the LLM gives it (``learning``).  ``located``: the question, when the
+        caller located it already (``key.asked``)."""
         decision = Decision(_hash(request.query))
+        if isinstance(located, _Unset):
+            located = locate(request.query, self.max_chars)
         try:
-            return self._decide(request, resolve, decision, key)
+            return self._decide(request, located, resolve, decision, key)
         finally:
             if self.audit is not None:
                 self.audit.record(decision)
@@ -169,11 +181,11 @@ class SemanticTier:
     def _decide(
         self,
         request: CacheRequest,
+        located: Located | None,
         resolve: Callable[[str], CacheEntry | None],
         decision: Decision,
         key: str,
     ) -> SemanticHit | None:
-        located = locate(request.query, self.max_chars)
         skip = self._skip_reason(located)
         if skip is not None:
             decision.skipped = skip
@@ -354,10 +366,20 @@ class SemanticTier:
         return {**fields, "scope": _hash("\x1f".join(fields.values()))}
 
     # write ---------------------------------------------------------------------------------
-    def add(self, request: CacheRequest, ref: str, entry: CacheEntry, ttl: float) -> str | None:
+    def add(
+        self,
+        request: CacheRequest,
+        ref: str,
+        entry: CacheEntry,
+        ttl: float,
+        *,
+        located: Located | _Unset | None = _UNSET,
+    ) -> str | None:
         """Index ``request``'s question as a pointer to the exact entry ``ref``; returns the
-        point id, or ``None`` when the question is not one to match look-alikes against."""
-        located = locate(request.query, self.max_chars)
+        point id, or ``None`` when the question is not one to match look-alikes against.
+        ``located``: the question, when the caller located it already."""
+        if isinstance(located, _Unset):
+            located = locate(request.query, self.max_chars)
         if self._skip_reason(located) is not None or entry.negative:
             return None
         assert located is not None

@@ -44,6 +44,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ..key.request import entry_prefix
 from ..runtime.forks import on_fork
 from .base import (
     DamagedState,
@@ -379,7 +380,7 @@ class RedisStore:
 
     # bulk ----------------------------------------------------------------------------------
     def keys(self, namespace: str) -> Iterator[str]:
-        for raw in self._sync.scan_iter(match=f"tricache:{namespace}:x:*", count=1000):
+        for raw in self._sync.scan_iter(match=entry_prefix(namespace) + "*", count=1000):
             yield raw.decode() if isinstance(raw, bytes) else raw
 
     def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:

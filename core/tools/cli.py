@@ -20,10 +20,10 @@ from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperGroup
 
+from ..cache import Cache
 from ..ops.metrics import Metrics
 from ..runtime.home import data_dir
-from ..settings import Exact
-from ..stack import Cache
+from ..settings import Exact, Qdrant, Semantic
 
 
 class CliError(Exception):
@@ -205,12 +205,13 @@ def demo(
         via = "LangChain (a TriCache-cached stand-in chat model)"
     except ImportError:
         runner, via = core_demo.run_demo, "the core API (pip install langchain-core for LangChain)"
+    semantic = Semantic(index=Qdrant(qdrant_url)) if qdrant_url else True
     with tempfile.TemporaryDirectory(prefix="tricache-demo-") as tmp:
         store_path = path or Path(tmp) / "demo.sqlite3"
         namespace = f"demo-{seed}"
         metrics = Metrics()  # one set of counters for both workers
         workers = [
-            _open(redis_url, store_path, namespace, metrics=metrics, qdrant_url=qdrant_url)
+            _open(redis_url, store_path, namespace, metrics=metrics, semantic=semantic)
             for _ in range(2)
         ]
         workers[0].clear()  # a fresh start, so the numbers mean the same every run

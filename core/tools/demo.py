@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..cache import Cache
 from ..faq.store import FaqEntry
-from ..stack import Cache
 
 __all__ = ["DemoReport", "StandInLLM", "run_demo", "workload", "write_chart"]
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cache import Cache
 from ..faq.store import read_text
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
 from ..semantic.tier import embedded_text
 from ..settings import Exact, Semantic
-from ..stack import Cache
 
 __all__ = ["Pair", "calibrate", "evaluate_pairs", "plot_calibration", "read_pairs"]
 

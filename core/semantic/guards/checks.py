@@ -6,23 +6,25 @@ one LLM call, a wrong hit costs a wrong answer.
 
 Conversation context is not a guard here: the semantic tier only ever compares questions asked
 in the same context (its search is filtered on the context fingerprint).
+
+Owns the guards: the ``Guard`` type, each guard (with ``person`` and ``negated_verb`` from
+``roles``), ``DEFAULT_GUARDS``, ``check`` that runs them on two questions, and ``warm_up``.
+The ``Analysis`` they compare is built in ``analysis``; ``is_cacheable`` is in ``cacheable``.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from ...key.forms import case_differs, folded, literals, unify
+from ...key.forms import case_differs, folded, unify
 from ...key.words import is_lower_case_word, known
 from ...runtime.exit import checkpoint
-from . import entities
-from .canonical import about_its_words, canonical
+from .analysis import CJK, Analysis, analyze
+from .canonical import canonical
 from .lexicon import (
     ANTONYMS_EN,
     ANTONYMS_ZH,
@@ -34,7 +36,6 @@ from .lexicon import (
     MOODS_ZH,
     NEGATING_PREFIXES,
     NEGATIONS_EN,
-    NEGATIONS_ZH,
     NUMBER_WORDS_EN,
     PAST_ZH,
     PERSONS_EN,
@@ -43,79 +44,16 @@ from .lexicon import (
     STOPWORDS_EN,
     STOPWORDS_ZH,
     WH_EN,
-    WH_ZH,
-    ZH_DIGITS,
-    ZH_MEASURES,
-    ZH_NOT_NUMBERS,
-    ZH_UNITS,
 )
 from .roles import negated_verb, person
-from .segmenter import tagger
 
 __all__ = [
     "DEFAULT_GUARDS",
-    "Analysis",
     "Guard",
-    "analyze",
     "any_substitution",
     "check",
-    "is_cacheable",
-    "use_entity_recognizer",
     "warm_up",
 ]
-
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_WORD = re.compile(r"[a-z0-9]+(?:[-'’.][a-z0-9]+)*|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_ZH_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万亿]+(?:点[零〇一二三四五六七八九]+)?")
-
-
-@dataclass(frozen=True, slots=True)
-class Analysis:
-    """What the guards need to know about one question."""
-
-    text: str  # NFKC, case-folded, single-spaced
-    zh: bool  # contains Chinese characters
-    tokens: tuple[str, ...]  # words (English) and jieba words (Chinese), in order
-    tags: tuple[str, ...]  # jieba's part of speech of each Chinese token ("" for the others)
-    negations: tuple[str, ...]  # sorted multiset of negation markers
-    numbers: tuple[str, ...]  # sorted multiset of canonical numbers
-    entities: frozenset[str]  # names, product variants, codes
-    wh: frozenset[str]  # when/where/who/why and their Chinese forms
-    literals: tuple[str, ...]  # symbols, code, flags, math (forms.literals)
-    typed: str  # the question as typed, in its canonical form (the case guard reads it)
-    about_words: bool  # about words, a phrase or "this" text: its courtesy words are content
-
-
-@lru_cache(maxsize=20_000)
-def analyze(question: str, typed: str | None = None) -> Analysis:
-    """Analyze a question (memoized: cached questions are analyzed again on every lookup).
-    ``question`` is the text the guards compare (``check`` passes the canonical question, its
-    compounds written as the other question writes them); the case of its words is read from
-    ``typed``, the question as typed, when given: removing "Please" from "Please Polish this"
-    must not hide the capital."""
-    folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
-    zh = bool(_CJK.search(folded))
-    words, tags, names = _tokens(folded, zh)
-    return Analysis(
-        text=folded,
-        zh=zh,
-        tokens=words,
-        tags=tags,
-        negations=_negations(*_without_tag(folded, words, zh)),
-        numbers=_numbers(folded, words),
-        entities=entities.latin_entities(question) | names,
-        wh=frozenset([w for w in words if w in WH_EN] + [w for w in WH_ZH if w in folded]),
-        literals=literals(question),
-        typed=question if typed is None else typed,
-        about_words=about_its_words(folded),
-    )
-
-
-def use_entity_recognizer(mode: entities.Mode) -> None:
-    """Find English names with the rules ("auto", the default) or with spaCy on top."""
-    entities.use(mode)
-    analyze.cache_clear()
 
 
 def warm_up() -> None:
@@ -132,110 +70,6 @@ def warm_up() -> None:
     _antonym_stems()
     checkpoint()
     unify("how do i log in", "How do I login?")
-
-
-def _tokens(folded: str, zh: bool) -> tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]:
-    """Words in order, their parts of speech (Chinese only), and the Chinese names (person,
-    place, organization, other proper noun) that jieba's tagger finds along the way (one
-    pass does all)."""
-    text = _CONTRACTED.sub(lambda m: _CONTRACTED_STEMS[m.group(1)] + " not", folded)
-    text = re.sub(r"(\w)n[’']t\b", r"\1 not", text)  # "don't" → "do not"
-    words: list[str] = []
-    tags: list[str] = []
-    names: set[str] = set()
-    for word in _WORD.findall(text):
-        if zh and _CJK.match(word):
-            # (jieba's tagger finds new words with an HMM whose cost grows fast with the run:
-            # 40 s for 2,000 rare characters; a long run is cut by the dictionary alone)
-            for token in tagger().lcut(word, HMM=len(word) <= _HMM_MAX_RUN):
-                words.append(token.word)
-                tags.append(token.flag)
-                if token.flag in _NAME_TAGS and len(token.word) > 1:
-                    names.add(token.word)
-        else:
-            words.append(word.replace("’", "'").removesuffix("'s"))
-            tags.append("")
-    return tuple(words), tuple(tags), frozenset(names)
-
-
-_CONTRACTED_STEMS = {"ca": "can", "wo": "will", "sha": "shall"}
-_CONTRACTED = re.compile(r"\b(ca|wo|sha)n[’']t\b")
-_NAME_TAGS = frozenset(("nr", "ns", "nt", "nz", "nrt", "nrfg"))
-_HMM_MAX_RUN = 64
-
-
-def _without_tag(folded: str, words: tuple[str, ...], zh: bool) -> tuple[str, tuple[str, ...]]:
-    """The question without an English question tag: "That's bad, isn't it?" asks whether it
-    is bad, so its "n't" must not count against "That's not bad, is it?"."""
-    match = None if zh else _TAG.search(folded)
-    if match is None:
-        return folded, words
-    stripped = folded[: match.start()]
-    return stripped, _tokens(stripped, zh)[0]
-
-
-_TAG = re.compile(
-    r",\s*(?:is|are|was|were|do|does|did|have|has|had|can|could|will|would|should|ai|wo|ca)"
-    r"(?:n[’']t|\s+not)?\s+(?:it|you|he|she|we|they|i|there|that)\s*\?*\s*$"
-)
-
-
-def _negations(folded: str, words: Sequence[str]) -> tuple[str, ...]:
-    found = ["not" for w in words if w in NEGATIONS_EN]
-    for marker, exceptions in NEGATIONS_ZH.items():
-        count = folded.count(marker)
-        for compound in exceptions.split():
-            count -= folded.count(compound) if marker in compound else 0
-        found += [marker] * max(count, 0)
-    return tuple(sorted(found))
-
-
-def _numbers(folded: str, words: Sequence[str]) -> tuple[str, ...]:
-    found = [_canonical(n.replace(",", "")) for n in _NUMBER.findall(folded)]
-    found += [_canonical(str(NUMBER_WORDS_EN[w])) for w in words if w in NUMBER_WORDS_EN]
-    text = folded
-    for phrase in ZH_NOT_NUMBERS:
-        text = text.replace(phrase, " ")
-    for match in _ZH_NUMERAL.finditer(text):
-        numeral = match.group()
-        after = text[match.end() : match.end() + 1]
-        if numeral == "一" and after not in ZH_MEASURES:
-            continue  # "一" alone is an article or an adverb far more often than a number
-        found.append(_canonical(str(_zh_value(numeral))))
-    return tuple(sorted(found))
-
-
-def _canonical(number: str) -> str:
-    try:
-        value = float(number)
-    except ValueError:
-        return number
-    whole, dot, fraction = number.partition(".")
-    if dot and whole.isdigit() and fraction.isdigit():  # "3.10" is no "3.1", "3.0" no "3"
-        return f"{int(whole)}.{fraction}"  # (a version, an amount typed to the cent)
-    return str(int(value)) if value.is_integer() else repr(value)
-
-
-def _zh_value(numeral: str) -> float:
-    """三十 → 30, 两万五千 → 25000, 二零二四 → 2024, 零点九 → 0.9."""
-    whole, _, fraction = numeral.partition("点")
-    if whole and all(c in ZH_DIGITS for c in whole):
-        value: float = int("".join(str(ZH_DIGITS[c]) for c in whole))
-    else:
-        total = section = digit = 0
-        for char in whole:
-            if char in ZH_DIGITS:
-                digit = ZH_DIGITS[char]
-            elif ZH_UNITS[char] < 10_000:
-                section += (digit or 1) * ZH_UNITS[char]
-                digit = 0
-            else:
-                total += (section + digit) * ZH_UNITS[char]
-                section = digit = 0
-        value = total + section + digit
-    if fraction:
-        value += float("0." + "".join(str(ZH_DIGITS[c]) for c in fraction))
-    return value
 
 
 # The guards --------------------------------------------------------------------------------
@@ -397,7 +231,7 @@ def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
     妈妈"), each counted only where it occurs exactly once in each text."""
     if len(a.text) + len(b.text) > 4000:
         return []  # (bounded time: the tier never compares questions this long)
-    words = {t for t in (*a.tokens, *b.tokens) if _CJK.match(t) or t.isalnum()}
+    words = {t for t in (*a.tokens, *b.tokens) if CJK.match(t) or t.isalnum()}
     words = {w for w in words if w not in STOPWORDS_ZH or w in _TIES_ZH}
     spots = []
     for word in words:
@@ -464,7 +298,7 @@ def _swapped_around(x: str, y: str, tie: str) -> bool:
 def _overlap(left: str, right: str) -> str:
     """The longest end of ``left`` that ``right`` starts with (Chinese characters only)."""
     for n in range(min(len(left), len(right)), 0, -1):
-        if left[-n:] == right[:n] and _CJK.match(left[-n]):
+        if left[-n:] == right[:n] and CJK.match(left[-n]):
             return left[-n:]
     return ""
 
@@ -611,7 +445,7 @@ def _another_topic(only_a: set[str], only_b: set[str], shared: int) -> bool:
 def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:
     """The runs of ``a``'s text made of the characters of ``words`` that ``b`` lacks: one
     swapped word however jieba cut it; ``words`` itself where none is found."""
-    missing = "".join({c for w in words for c in w if _CJK.match(c) and c not in b.text})
+    missing = "".join({c for w in words for c in w if CJK.match(c) and c not in b.text})
     runs = {m.group() for m in re.finditer(f"[{missing}]+", a.text)} if missing else set()
     return runs or words
 
@@ -625,7 +459,7 @@ def _content_stems(a: Analysis) -> list[str]:
     for token in _content(a):
         if token in skip or token in NUMBER_WORDS_EN or _NUMERIC.fullmatch(token):
             continue
-        if _CJK.match(token):
+        if CJK.match(token):
             token = _ZH_NUMERAL_CHARS.sub("", token)  # "三天" → "天"
             if not token:
                 continue
@@ -643,7 +477,7 @@ def _unmatched(a: Analysis, b: Analysis) -> set[str]:
     phrasings, so a Chinese word is matched when all its characters occur in ``b``."""
     stems_b = Counter(_content_stems(b))
     extra = Counter(_content_stems(a)) - stems_b
-    return {w for w in extra if not (_CJK.match(w) and w not in stems_b and _within(w, b))}
+    return {w for w in extra if not (CJK.match(w) and w not in stems_b and _within(w, b))}
 
 
 def _within(word: str, b: Analysis) -> bool:
@@ -1003,43 +837,3 @@ def check(
         if reason is not None:
             return reason, tuple(ran)
     return None, tuple(ran)
-
-
-# Cacheability ------------------------------------------------------------------------------
-_TIME_OR_ASKER_EN = re.compile(
-    r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|recent|"
-    r"recently|this (?:week|month|year|morning|afternoon|evening)|next (?:week|month|year)|"
-    r"last (?:week|month|year|night)|"
-    r"weather|stock price|exchange rate|score of|breaking news|what time)\b"
-)
-# "Is my order late?" asks about the asker's own state; "How do I cancel my order?" asks how
-# to do something, which has one answer for everyone.
-_ASKER_EN = re.compile(
-    r"\bmy (?:order|account|balance|package|parcel|delivery|bill|invoice|subscription|payment|"
-    r"refund|ticket|booking|reservation|flight|card)\b"
-)
-_PROCEDURE_EN = re.compile(
-    r"^(?:how (?:do|can|could|should|would) i|how to|what(?: is|'s) the (?:way|best way) to|"
-    r"is it possible to|can i) "
-)
-_TIME_OR_ASKER_ZH = re.compile(
-    r"今天|今日|今晚|明天|昨天|现在|目前|当前|最新|最近|刚刚|本周|这周|本月|这个月|今年|下周|"
-    r"上周|我的订单|我的账户|我的余额|我的快递|我的包裹|我的账单|我的退款|我的预订|天气|股价|汇率|几点"
-)
-
-
-def is_cacheable(question: str) -> bool:
-    """False for questions whose answer depends on the time or on who asks ("today",
-    "latest", "my order", "今天", "最新", "我的订单" …): the cache neither stores nor serves
-    them.  Asked on every lookup, so short questions are memoized."""
-    return _cacheable_short(question) if len(question) <= 1024 else _cacheable(question)
-
-
-def _cacheable(question: str) -> bool:
-    folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
-    if _TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded):
-        return False
-    return not _ASKER_EN.search(folded) or bool(_PROCEDURE_EN.match(folded))
-
-
-_cacheable_short = lru_cache(maxsize=8192)(_cacheable)

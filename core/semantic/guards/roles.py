@@ -9,12 +9,9 @@ Each guard takes two ``guards.Analysis`` objects and returns a reason or ``None`
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
+from .analysis import Analysis
 from .lexicon import RELATIONS_EN
-
-if TYPE_CHECKING:
-    from .checks import Analysis
 
 __all__ = ["negated_verb", "person"]
 

@@ -1,0 +1,581 @@
+"""``Cache``: the tiers in lookup order, write-back, and the admin verbs.
+
+lookup: exact tier → semantic tier → FAQ fallback → miss (the caller asks the LLM);
+update: the answer is written to the exact tier, and its question indexed by the semantic tier.
+
+Each request is analysed once (``key/asked.py``: its exact key and its question) and the
+analysis travels through the tiers.  Lookups and updates are written once, as steps
+(``runtime/steps.py``); the sync and async methods only drive them.  Opening the semantic tier
+and the FAQ is the tier loader's job (``tiers.py``).  No method raises because a store is down
+or slow: a tier that fails is a miss, counted and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import sqlite3
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from .exact.coalesce import Coalescer
+from .exact.tier import ExactHit, ExactTier, StoreUnavailable
+from .exact.versions import Stamp
+from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
+from .hit import Hit
+from .key.asked import Asked, ask
+from .key.entry import CacheEntry
+from .key.request import CacheRequest, Turn, is_entry_key, memo_bytes
+from .ops.metrics import Metrics, failed
+from .runtime.exit import on_exit
+from .runtime.home import data_dir
+from .runtime.steps import Off, Steps, arun, run
+from .semantic.guards.cacheable import is_cacheable
+from .semantic.guards.canonical import canonical
+from .settings import Exact, Faq, Redis, Semantic, resolve
+from .stores.base import L2Store, PointLog
+from .tiers import TierLoader
+
+if TYPE_CHECKING:
+    from .faq.store import FaqEntry, FaqStore
+    from .semantic.tier import SemanticHit, SemanticTier
+
+__all__ = ["Cache", "Hit"]
+
+log = logging.getLogger(__name__)
+
+
+class Cache:
+    """TriCache's core, independent of LangChain and LlamaIndex.
+
+    ``Cache()`` runs embedded: L1 in memory, L2 in SQLite and each process's replica of the
+    vector index under ``$TRICACHE_HOME``, the packaged multilingual embedder.
+    ``redis_url=`` (or ``store=Redis(url, cluster=..., timeout=...)``) shares the cache through
+    Redis; ``Semantic(index=Qdrant(url))`` puts the vectors in a Qdrant server.  No method
+    raises because a store is down or slow; wrong argument types raise ``TypeError`` /
+    ``ValueError``.
+
+    Questions whose answer depends on the time or on who asks (``cacheable`` says no: "today",
+    "latest", "my order", 今天 …) are neither stored nor served, except by the curated FAQ;
+    ``Exact(cache_time_dependent=True)`` caches them in the exact tier (never the semantic tier).
+
+    Keys cover the whole request: every message with every field, the model's settings, the
+    normalized question (DESIGN.md, "What makes a key").  ``volatile_context=True`` declares
+    the context volatile: timestamps, UUIDs and long hex ids in the system prompt and earlier
+    turns are then folded (for apps that inject them per request); never in the question.
+    """
+
+    def __init__(
+        self,
+        *,
+        redis_url: str | None = None,
+        path: str | Path | None = None,
+        store: Redis | L2Store | bool | None = None,
+        namespace: str = "default",
+        tenant: str = "default",
+        exact: Exact | None = None,
+        semantic: Semantic | bool = True,
+        faq: Faq | bool = True,
+        cacheable: Callable[[str], bool] | None = None,
+        volatile_context: bool = False,
+        prices: dict[str, float] | None = None,
+        metrics: Metrics | None = None,
+        warm: bool | None = None,
+        **legacy: Any,
+    ) -> None:
+        self.settings = resolve(
+            store=store, redis_url=redis_url, path=path, exact=exact, semantic=semantic,
+            faq=faq, legacy=legacy,
+        )  # fmt: skip
+        self.namespace = namespace
+        self.tenant = tenant
+        self.metrics = metrics or Metrics()
+        # USD per 1M tokens, per model name: what a hit saved (``cost_saved_micro_usd``).
+        self.prices: dict[str, float] = dict(prices or {})
+        # Questions whose answer depends on the time or on who asks ("today", "my order" …)
+        # are not cached at all unless asked for: a repeat an hour later, or from another user
+        # of the tenant, deserves a fresh answer.
+        self._cacheable = cacheable or is_cacheable
+        self.cache_time_dependent = self.settings.exact.cache_time_dependent
+        self.exact = ExactTier(
+            _open_store(self.settings.store, path) if self.settings.l2 else None,
+            self.settings.exact,
+            namespace=namespace,
+            volatile_context=volatile_context,
+            metrics=self.metrics,
+        )
+        self.tiers = TierLoader(
+            self.settings, self.exact, namespace=namespace, cacheable=self._cacheable,
+            volatile_context=volatile_context, metrics=self.metrics,
+        )  # fmt: skip
+        self._recent_hits: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
+        # Validate the defaults now rather than on the first lookup.
+        CacheRequest("", namespace=namespace, tenant=tenant)
+        on_exit(self.tiers.stop)  # no warm-up left in native code when Python finalizes
+        if warm if warm is not None else os.environ.get("TRICACHE_WARM") == "1":
+            self.tiers.run()
+        else:
+            self.tiers.start()
+
+    # what adapters need ----------------------------------------------------------------------
+    def request(
+        self,
+        query: str,
+        *,
+        system: str = "",
+        history: Iterable[Turn | tuple[str, str]] = (),
+        tenant: str | None = None,
+        llm_key: str = "",
+        category: str | None = None,
+        tags: Sequence[str] = (),
+        query_meta: str = "",
+    ) -> CacheRequest:
+        """Build a request in this cache's namespace (and default tenant).  ``tags`` given as
+        one string is a ``TypeError`` (a list of one tag is ``[tag]``)."""
+        return CacheRequest(
+            query,
+            system=system,
+            history=tuple(history),  # type: ignore[arg-type]  # validated by CacheRequest
+            namespace=self.namespace,
+            tenant=self.tenant if tenant is None else tenant,
+            llm_key=llm_key,
+            category=category,
+            tags=tags,  # type: ignore[arg-type]  # validated by CacheRequest
+            query_meta=query_meta,
+        )
+
+    def key(self, request: CacheRequest) -> str:
+        """The exact-tier key of ``request`` (what coalescing locks, what ``Hit.key`` holds)."""
+        self._check(request)
+        return self.exact.key(request)
+
+    @property
+    def store(self) -> L2Store | None:
+        """The L2 store (Redis or SQLite), or ``None`` when the cache runs on L1 only."""
+        return self.exact.store
+
+    def coalescer(self, *, timeout: float = 30.0) -> Coalescer:
+        """Single flight over this cache's store: ``with c.turn(cache.key(request)) as
+        leader:`` lets one caller (thread, coroutine or process) ask the LLM for a key while
+        the others wait up to ``timeout`` seconds, then look the answer up."""
+        return Coalescer(self.exact.store, timeout=timeout)
+
+    # lookup --------------------------------------------------------------------------------
+    def lookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
+        """The cached answer for ``request``, or ``None``.  Never raises for store trouble.
+
+        ``semantic=False`` asks the exact tier only (for prompts that must match exactly)."""
+        return run(self._lookup(request, semantic))
+
+    async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
+        """``lookup`` from async code: store calls awaited, embedding in a thread."""
+        return await arun(self._lookup(request, semantic))
+
+    def _lookup(self, request: CacheRequest, semantic: bool) -> Steps[Hit | None]:
+        asked = self._ask(request)
+        if not self._may_cache(asked):  # curated answers only
+            return self._unlabelled(
+                asked, (yield Off(self._faq_lookup, asked)) if semantic else None
+            )
+        start = time.perf_counter()
+        try:
+            found = yield from self.exact.get_steps(asked)
+        except Exception as exc:  # a bug in a tier must not break the app
+            failed(self.metrics, "lookup", exc)
+            found = None
+        finally:
+            self.metrics.observe("exact", time.perf_counter() - start)
+        if found is not None:
+            return self._unlabelled(asked, self._exact_hit(found))
+        if not semantic:
+            return None
+        hit = yield Off(self._other_tiers, asked)  # embedding is CPU work: a thread in async
+        if hit is not None:  # a miss answered by another tier: no answer will be written
+            self.exact.settle(asked.key)
+        return self._unlabelled(asked, hit)
+
+    def _other_tiers(self, asked: Asked) -> Hit | None:
+        return self._semantic_lookup(asked) or self._faq_lookup(asked)
+
+    def _unlabelled(self, asked: Asked, hit: Hit | None) -> Hit | None:
+        """A request the cache answered labels nothing, even if the app stores the answer it
+        was served (a label never comes from the cache's own answer)."""
+        tier = self.tiers.semantic
+        if hit is not None and tier is not None and tier.learning is not None:
+            tier.learning.forget(asked.key)
+        return hit
+
+    def _exact_hit(self, found: ExactHit) -> Hit | None:
+        entry = found.entry
+        if entry.negative:  # "known to have no cacheable answer": a miss the caller can trust
+            self.metrics.incr("exact", "negative_hits")
+            return None
+        self._count_savings("exact", entry)
+        return Hit(text=entry.text, payload=_fresh(entry.payload), tier="exact",
+                   level=found.level, key=found.key, entry=entry, entry_id=found.key)  # fmt: skip
+
+    def _semantic_lookup(self, asked: Asked) -> Hit | None:
+        tier = self.tiers.ready_semantic()
+        if tier is None or not self.tiers.breaker.allow():
+            return None
+        start = time.perf_counter()
+        try:
+            key = asked.key if tier.learns else ""
+            found = tier.lookup(asked.request, self.exact.fetch, key, located=asked.located)
+            self.tiers.breaker.success()
+        except Exception as exc:
+            self.tiers.breaker.failure()
+            failed(self.metrics, "semantic lookup", exc)
+            return None
+        finally:
+            self.metrics.observe("semantic", time.perf_counter() - start)
+        return self._semantic_hit(asked, tier, found) if found is not None else None
+
+    def _semantic_hit(self, asked: Asked, tier: SemanticTier, found: SemanticHit) -> Hit:
+        entry = found.entry
+        self._count_savings("semantic", entry)
+        entry_id = f"s:{found.ref}"
+        # for the feedback record: the questions compared (never a whole long prompt)
+        self._recent_hits[entry_id] = (found.question, asked.request.query[:MAX_QUESTION_CHARS],
+                                       found.score)  # fmt: skip
+        while len(self._recent_hits) > 1000:
+            self._recent_hits.popitem(last=False)
+        return Hit(text=entry.text, payload=_fresh(entry.payload), tier="semantic",
+                   level=tier.index.name, key=asked.key, entry=entry, score=found.score,
+                   entry_id=entry_id, matched_question=found.question)  # fmt: skip
+
+    def _faq_lookup(self, asked: Asked) -> Hit | None:
+        """The curated answer for the question of ``asked``, when the FAQ has a confident one."""
+        store, settings = self.tiers.ready_faq(), self.settings.faq
+        question = faq_question(asked) if store is not None else None
+        if store is None or settings is None or question is None:
+            return None
+        if len(question) > MAX_QUESTION_CHARS:  # a bounded-time miss
+            self.metrics.incr("faq", "skipped_too_long")
+            return None
+        start = time.perf_counter()
+        try:
+            return faq_hit(store, question, asked, learn=settings.learn, tier=self.tiers.semantic,
+                           metrics=self.metrics)  # fmt: skip
+        except Exception as exc:
+            failed(self.metrics, "faq lookup", exc)
+            return None
+        finally:
+            self.metrics.observe("faq", time.perf_counter() - start)
+
+    def _count_savings(self, tier: str, entry: CacheEntry) -> None:
+        if entry.tokens:
+            self.metrics.incr(tier, "tokens_saved", entry.tokens)
+            price = self.prices.get(entry.model)
+            if price:
+                self.metrics.incr(tier, "cost_saved_micro_usd", round(entry.tokens * price))
+
+    # write ---------------------------------------------------------------------------------
+    def update(
+        self,
+        request: CacheRequest,
+        text: str,
+        payload: Any = None,
+        *,
+        category: str | None = None,
+        negative: bool = False,
+        semantic: bool = True,
+        tokens: int = 0,
+        model: str = "",
+        began: Stamp | None = None,
+    ) -> bool:
+        """Store an answer; ``False`` when it was not stored.  Never raises for store trouble.
+
+        ``semantic=False`` keeps the answer out of the semantic tier (served only to the same
+        question, e.g. for tool calls or partial answers).  ``tokens`` and ``model`` (what the
+        answer cost) feed the savings metrics and the ``prices`` table.
+
+        The answer is written under the versions its lookup's miss began with, in this thread
+        or task; an invalidation since then means it is not stored.  Code that stores from
+        elsewhere (a stream drained by another thread) passes ``began=cache.began(request)``,
+        taken right after the lookup."""
+        fields = dict(category=category, negative=negative, tokens=tokens, model=model,
+                      stamp=began)  # fmt: skip
+        return run(self._update(request, text, payload, semantic, fields))
+
+    async def aupdate(
+        self,
+        request: CacheRequest,
+        text: str,
+        payload: Any = None,
+        *,
+        category: str | None = None,
+        negative: bool = False,
+        semantic: bool = True,
+        tokens: int = 0,
+        model: str = "",
+        began: Stamp | None = None,
+    ) -> bool:
+        """``update`` from async code: store calls awaited, indexing in a thread."""
+        fields = dict(category=category, negative=negative, tokens=tokens, model=model,
+                      stamp=began)  # fmt: skip
+        return await arun(self._update(request, text, payload, semantic, fields))
+
+    def _update(
+        self, request: CacheRequest, text: str, payload: Any, semantic: bool, fields: dict[str, Any]
+    ) -> Steps[bool]:
+        asked = self._ask(request)
+        if not self._may_cache(asked):
+            return False
+        try:
+            entry = yield from self.exact.put_steps(asked, text, payload, **fields)
+        except TypeError:
+            raise
+        except Exception as exc:
+            failed(self.metrics, "update", exc)
+            return False
+        if entry is not None and semantic and self.tiers.semantic_on:
+            yield Off(self.tiers.index, asked, entry)  # embedding is CPU work
+        self._labels(asked, text, semantic=semantic and not fields["negative"])
+        return entry is not None
+
+    def _labels(self, asked: Asked, text: str, *, semantic: bool) -> None:
+        """The LLM answered ``asked``: its answer labels the candidate its miss left pending
+        (``learning``; the labelling itself runs in the background)."""
+        tier = self.tiers.semantic
+        if tier is None or tier.learning is None:
+            return
+        if semantic:
+            tier.learning.answered(asked.key, text, asked.request.query[:MAX_QUESTION_CHARS])
+        else:
+            tier.learning.forget(asked.key)
+
+    def began(self, request: CacheRequest) -> Stamp | None:
+        """The versions the last miss of ``request`` began under, in this thread or task (see
+        ``update``); ``None`` when it did not miss here."""
+        return self.exact.began(self.key(request))
+
+    # the FAQ -------------------------------------------------------------------------------
+    @property
+    def faq(self) -> FaqStore | None:
+        """The FAQ store, opened on first use when it holds entries; ``None`` otherwise."""
+        store = self.tiers.open_faq()
+        return store if store is not None and store.count() else None
+
+    def import_faq(self, path: str | Path) -> int:
+        """Import curated Q/A (CSV or JSONL) into the FAQ; see ``add_faq``."""
+        from .faq.store import read_entries
+
+        return self.add_faq(read_entries(path))
+
+    def add_faq(self, entries: Iterable[FaqEntry]) -> int:
+        """Add curated entries to the FAQ.  The knowledge base changed, so cached answers
+        become stale (``bump_kb_version``).  Returns how many entries."""
+        store = self.tiers.open_faq(create=True)
+        if store is None:
+            raise ValueError("this cache was created with faq=False")
+        count = store.add(entries)
+        if count:  # nothing added: nothing went stale
+            self.bump_kb_version()
+        return int(count)
+
+    # feedback, versions and maintenance ----------------------------------------------------
+    def feedback(self, entry_id: str, *, correct: bool) -> None:
+        """Report whether a served answer was right (``entry_id``: the ``Hit.entry_id``).
+
+        A wrong exact hit deletes that entry, a wrong semantic hit removes the matched question
+        from the semantic tier (its own question still gets it), a wrong FAQ answer is not
+        served to that question again.  Nothing outside this cache's namespace is touched;
+        an id that is not one of its hits' is a ``ValueError``.  Recorded for calibration."""
+        kind, target = self._feedback_target(entry_id)
+        cached_q, new_q, score = self._recent_hits.get(entry_id, (None, None, None))
+        tier = self.semantic
+        if tier is not None and tier.audit is not None:
+            tier.audit.feedback(entry_id, bool(correct), cached_q, new_q, score)
+        self.metrics.incr("feedback", "correct" if correct else "wrong")
+        if correct:
+            return
+        if kind == "faq":
+            if (store := self.faq) is not None:
+                store.reject(*target)
+            return
+        if kind == "exact":
+            self.exact.delete(target)
+        if tier is not None:
+            try:  # from the store, so from every process
+                tier.forget(target, self.namespace)
+            except Exception as exc:
+                raise StoreUnavailable(f"the rejected match is not forgotten: {exc}") from exc
+
+    def _feedback_target(self, entry_id: str) -> tuple[str, Any]:
+        """("exact" | "semantic", key) or ("faq", (id, question)) for a hit's ``entry_id``."""
+        if not isinstance(entry_id, str):
+            raise TypeError("entry_id must be the Hit.entry_id of a served answer")
+        if is_entry_key(entry_id, self.namespace):
+            return "exact", entry_id
+        if entry_id.startswith("s:") and is_entry_key(entry_id[2:], self.namespace):
+            return "semantic", entry_id[2:]
+        faq = _FAQ_ID.fullmatch(entry_id)
+        if faq:
+            return "faq", (int(faq.group(1)), faq.group(2))
+        raise ValueError(
+            f"not the entry_id of a hit of this cache (namespace {self.namespace!r}): "
+            f"{entry_id[:80]!r}"
+        )
+
+    def invalidate(self, tag: str) -> int:
+        """Entries written under ``tag`` become unreachable everywhere; returns its new version.
+
+        Raises when the shared store cannot be reached: a lost invalidation would leave stale
+        answers in other processes, so the caller must know.
+        """
+        if not isinstance(tag, str) or not tag:
+            raise TypeError("tag must be a non-empty str")
+        return self.exact.invalidate(tag)
+
+    def bump_kb_version(self) -> int:
+        """The knowledge base changed: every existing entry of the namespace becomes stale."""
+        return self.exact.bump_kb_version()
+
+    def set_min_watermark(self, watermark: float | None = None) -> float:
+        """Entries whose requests began before ``watermark`` become stale, in every process.
+        The time is on the store's clock (Redis ``TIME``), seconds since the Unix epoch; the
+        default, the store's clock now, needs no agreement between clocks.  Returns the floor
+        set.  Raises when the store is unreachable, like ``invalidate``."""
+        if watermark is not None and not isinstance(watermark, int | float):
+            raise TypeError("watermark must be seconds since the Unix epoch, or None for now")
+        return self.exact.set_min_watermark(None if watermark is None else float(watermark))
+
+    def evict(self) -> dict[str, int]:
+        """Delete stale and corrupt entries (and expired semantic points); returns the counts."""
+        counts = self.exact.evict()
+        if (tier := self.semantic) is not None:
+            tier.index.delete_expired(time.time())
+        return counts
+
+    def clear(self) -> None:
+        """Drop every entry of the namespace, and its semantic points, in every process."""
+        self.exact.clear()  # the store's labels go with its entries
+        if (tier := self.semantic) is not None:
+            tier.clear(self.namespace)
+            if tier.learning is not None:
+                tier.learning.reset()
+        elif isinstance(store := self.exact.store, PointLog):  # the tier is off here
+            store.clear_points(self.namespace)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and latency percentiles per tier, as a plain dict."""
+        snapshot = self.metrics.snapshot()
+        tier = self.tiers.semantic
+        snapshot["store"] = {
+            "l2": self.exact.store_name,
+            "l1_items": len(self.exact.l1),
+            "l1_bytes": self.exact.l1.bytes,
+            "breaker_open": self.exact.breaker.is_open,
+            "vector_index": tier.index.name if tier is not None else "none",
+            "vector_replica": _replica_stats(tier),
+            "warm_up_s": self.tiers.took_s,  # None while warming
+            "memo_bytes": memo_bytes(),  # normalized prompts kept for reuse, this process
+        }
+        if tier is not None and tier.learning is not None:
+            snapshot["learning"] = tier.learning.stats()
+        return snapshot
+
+    @property
+    def semantic(self) -> SemanticTier | None:
+        """The semantic tier, opened on first use; ``None`` when off or unavailable."""
+        return self.tiers.open_semantic()
+
+    def close(self) -> None:
+        self.tiers.close()  # waits for a warm-up under way: it may be creating the index
+        self.exact.close()
+
+    async def aclose(self) -> None:
+        """``close()`` from async code: the Redis asyncio client of the running loop is
+        closed in it first."""
+        store = self.exact.store
+        if store is not None:
+            await store.aclose()
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> Cache:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # helpers -------------------------------------------------------------------------------
+    def _ask(self, request: CacheRequest) -> Asked:
+        """``request`` checked and analysed, once per lookup or update."""
+        self._check(request)
+        return ask(request, self.exact.key(request))
+
+    def _check(self, request: CacheRequest) -> None:
+        if not isinstance(request, CacheRequest):
+            raise TypeError(f"expected CacheRequest, got {type(request).__name__}")
+        if request.namespace != self.namespace:
+            raise ValueError(
+                f"request namespace {request.namespace!r} != cache namespace {self.namespace!r}"
+            )
+
+    def _may_cache(self, asked: Asked) -> bool:
+        """False for a question whose answer depends on the time or the asker (unless
+        ``cache_time_dependent``): no tier but the curated FAQ serves it, none stores it."""
+        # judged on the canonical question (a template's context may say "latest": the
+        # question is asked; "Hey, how do I cancel my subscription?" is a procedure)
+        if self.cache_time_dependent or self._cacheable(canonical(asked.question)):
+            return True
+        self.metrics.incr("exact", "skipped_time_dependent")
+        return False
+
+
+_FAQ_ID = re.compile(r"faq:([0-9]{1,18}):([0-9a-f]{32})")
+
+
+def _fresh(payload: Any) -> Any:
+    """A copy of a stored payload for one caller: the L1 entry is shared by every hit, so a
+    caller that edits what it was served must not change what the next one gets."""
+    if isinstance(payload, dict | list):
+        packed = msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogatepass")
+        return msgpack.unpackb(
+            packed, raw=False, strict_map_key=False, unicode_errors="surrogatepass"
+        )
+    return payload
+
+
+def _open_store(where: Redis | L2Store | None, path: str | Path | None) -> L2Store | None:
+    """The configured L2 store, or ``None`` (L1 only) when SQLite cannot be opened."""
+    if isinstance(where, Redis):
+        try:
+            from .stores.redis import RedisStore  # redis is an optional dependency
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] not in ("redis", "hiredis"):
+                raise
+            raise ImportError(
+                "Cache(redis_url=...) needs redis: pip install 'tricache[redis]'"
+            ) from exc
+        return RedisStore(where.url, timeout=where.timeout, cluster=where.cluster)
+    if where is not None:
+        return where
+    from .stores.sqlite import SQLiteStore
+
+    file = Path(path) if path else data_dir() / "exact.sqlite3"
+    try:
+        return SQLiteStore(file)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("tricache: L2 store unavailable (%s: %s); running on L1 only", file, exc)
+        return None
+
+
+def _replica_stats(tier: SemanticTier | None) -> dict[str, Any] | None:
+    """Points, lag and disk use of this process's replica of the vector index (or ``None``)."""
+    stats = getattr(tier.index, "stats", None) if tier is not None else None
+    return stats() if callable(stats) else None

@@ -1,0 +1,82 @@
+"""The L2 store behind its circuit breaker: one place that counts, logs and remembers failures.
+
+Reads, writes and version polls all go through one ``StoreLink``, so a store that fails one of
+them is skipped by the others, and one lookup spends at most one store timeout: a failure
+marks the caller's context (its thread or task) until its next lookup begins.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextvars import ContextVar
+
+from ..ops.breaker import CircuitBreaker
+from ..ops.metrics import Metrics
+from ..stores.base import L2Store
+
+__all__ = ["TIER", "StoreLink", "StoreUnavailable"]
+
+log = logging.getLogger("tricache.exact.tier")
+TIER = "exact"
+
+
+class StoreUnavailable(Exception):
+    """The store could not say whether an entry is current (down, slow, or unverified)."""
+
+
+class StoreLink:
+    """``store`` (or none), its breaker and its failure accounting."""
+
+    def __init__(self, store: L2Store | None, breaker: CircuitBreaker, metrics: Metrics) -> None:
+        self.store = store
+        self.breaker = breaker
+        self.metrics = metrics
+        self._warned_at = -_WARN_EVERY_S
+
+    @property
+    def name(self) -> str:
+        return self.store.name if self.store is not None else "none"
+
+    def begin_lookup(self) -> None:
+        """A lookup begins (in this thread or task): it may spend one store timeout."""
+        _trouble.set(False)
+
+    @staticmethod
+    def spent() -> bool:
+        """True when a store call already failed this lookup: ask the store nothing more."""
+        return _trouble.get()
+
+    def failed(self, what: str, exc: Exception) -> None:
+        _trouble.set(True)
+        self.breaker.failure()
+        self.metrics.incr(TIER, f"{what}_errors")
+        if what == "write":
+            self.metrics.incr(TIER, "dropped_writes")
+        self.warn("%s store %s failed: %s", self.name, what, exc)
+        if what == "read":
+            self.metrics.incr(TIER, "misses")
+
+    def warn(self, message: str, *args: object) -> None:
+        """A warning at most every 10 s (an outage, or a store full of garbage, is one line
+        now and then, not one a lookup); the others at debug level."""
+        now = time.monotonic()
+        loud = now - self._warned_at >= _WARN_EVERY_S
+        if loud:
+            self._warned_at = now
+        log.log(logging.WARNING if loud else logging.DEBUG, "tricache: " + message, *args)
+
+    def delete(self, key: str) -> None:
+        """Delete one key, when the breaker allows (a failure is counted, never raised)."""
+        if self.store is None or not self.breaker.allow():
+            return
+        try:
+            self.store.delete([key])
+        except Exception as exc:
+            self.failed("delete", exc)
+
+
+_WARN_EVERY_S = 10.0
+# set when a store call failed in this thread or task since its lookup began: the rest of the
+# lookup (the semantic tier's references) asks the store nothing more
+_trouble: ContextVar[bool] = ContextVar("tricache_store_trouble", default=False)

@@ -1,0 +1,53 @@
+"""Cacheability: whether a question's answer depends on the time or on who asks.
+
+Owns ``is_cacheable`` and its patterns (English and Chinese); the cache neither stores nor
+serves a question it refuses.  It reads the raw question, not the guards' ``Analysis``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+__all__ = ["is_cacheable"]
+
+
+# Cacheability ------------------------------------------------------------------------------
+_TIME_OR_ASKER_EN = re.compile(
+    r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|recent|"
+    r"recently|this (?:week|month|year|morning|afternoon|evening)|next (?:week|month|year)|"
+    r"last (?:week|month|year|night)|"
+    r"weather|stock price|exchange rate|score of|breaking news|what time)\b"
+)
+# "Is my order late?" asks about the asker's own state; "How do I cancel my order?" asks how
+# to do something, which has one answer for everyone.
+_ASKER_EN = re.compile(
+    r"\bmy (?:order|account|balance|package|parcel|delivery|bill|invoice|subscription|payment|"
+    r"refund|ticket|booking|reservation|flight|card)\b"
+)
+_PROCEDURE_EN = re.compile(
+    r"^(?:how (?:do|can|could|should|would) i|how to|what(?: is|'s) the (?:way|best way) to|"
+    r"is it possible to|can i) "
+)
+_TIME_OR_ASKER_ZH = re.compile(
+    r"今天|今日|今晚|明天|昨天|现在|目前|当前|最新|最近|刚刚|本周|这周|本月|这个月|今年|下周|"
+    r"上周|我的订单|我的账户|我的余额|我的快递|我的包裹|我的账单|我的退款|我的预订|天气|股价|汇率|几点"
+)
+
+
+def is_cacheable(question: str) -> bool:
+    """False for questions whose answer depends on the time or on who asks ("today",
+    "latest", "my order", "今天", "最新", "我的订单" …): the cache neither stores nor serves
+    them.  Asked on every lookup, so short questions are memoized."""
+    return _cacheable_short(question) if len(question) <= 1024 else _cacheable(question)
+
+
+def _cacheable(question: str) -> bool:
+    folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
+    if _TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded):
+        return False
+    return not _ASKER_EN.search(folded) or bool(_PROCEDURE_EN.match(folded))
+
+
+_cacheable_short = lru_cache(maxsize=8192)(_cacheable)
