@@ -179,11 +179,12 @@ class Cache:
         return await arun(self._lookup(request, semantic))
 
     def _lookup(self, request: CacheRequest, semantic: bool) -> Steps[Hit | None]:
+        """The lookup, once for both: analysed, then exact → semantic → FAQ."""
         asked = self._ask(request)
         if not self._may_cache(asked):  # curated answers only
-            return self._unlabelled(
-                asked, (yield Off(self._faq_lookup, asked)) if semantic else None
-            )
+            if not semantic:
+                return None
+            return self._unlabelled(asked, (yield Off(self._faq_lookup, asked)))
         start = time.perf_counter()
         try:
             found = yield from self.exact.get_steps(asked)
@@ -326,6 +327,7 @@ class Cache:
     def _update(
         self, request: CacheRequest, text: str, payload: Any, semantic: bool, fields: dict[str, Any]
     ) -> Steps[bool]:
+        """The update, once for both: analysed, written to the exact tier, then indexed."""
         asked = self._ask(request)
         if not self._may_cache(asked):
             return False
