@@ -254,7 +254,11 @@ class Cache:
 
     def _faq_lookup(self, asked: Asked) -> Hit | None:
         """The curated answer for the question of ``asked``, when the FAQ has a confident one."""
-        store, settings = self.tiers.ready_faq(), self.settings.faq
+        try:
+            store, settings = self.tiers.ready_faq(), self.settings.faq  # (it reads the file)
+        except Exception as exc:  # a damaged or locked FAQ file: a miss, like a failing tier
+            failed(self.metrics, "faq lookup", exc)
+            return None
         question = faq_question(asked) if store is not None else None
         if store is None or settings is None or question is None:
             return None

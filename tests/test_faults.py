@@ -99,6 +99,29 @@ def test_slow_redis_costs_a_lookup_its_budget_not_the_client_default(
     cache.close()
 
 
+def test_an_faq_file_that_fails_to_read_is_a_miss_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FAQ's database failing under a lookup (damaged, locked) is counted and answered
+    without the cache, like any other tier failing."""
+    from tricache import FaqEntry
+    from tricache.faq.store import FaqStore
+
+    cache = Cache(path=tmp_path / "c.sqlite3", semantic=False, warm=True)
+    cache.add_faq([FaqEntry("How do I delete my account?", "Settings > Account > Delete.")])
+    asked = cache.request("How do I delete my account?")
+    hit = cache.lookup(asked)
+    assert hit is not None and hit.tier == "faq"
+
+    def damaged(self: FaqStore) -> int:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(FaqStore, "count", damaged)
+    assert cache.lookup(asked) is None
+    assert cache.stats()["cache"]["faq_lookup_errors"] == 1
+    cache.close()
+
+
 def test_locked_sqlite_drops_writes_and_keeps_reading(tmp_path: Path) -> None:
     """Another connection holds the write lock: WAL readers still read; writes give up after
     the store's short busy timeout and are counted as dropped."""
