@@ -62,7 +62,7 @@ def __getattr__(name: str) -> Any:
         from .faq.store import FaqEntry
 
         return FaqEntry
-    if name in _MOVED:  # internals this module exported before 0.2: one more release
+    if name in _MOVED:  # internals this module used to export: importable one more release
         import importlib
         import warnings
 

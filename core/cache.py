@@ -120,9 +120,9 @@ class Cache:
         CacheRequest("", namespace=namespace, tenant=tenant)
         on_exit(self.tiers.stop)  # no warm-up left in native code when Python finalizes
         if warm if warm is not None else os.environ.get("TRICACHE_WARM") == "1":
-            self.tiers.run()
+            self.tiers.open_now()
         else:
-            self.tiers.start()
+            self.tiers.open_in_background()
 
     # what adapters need ----------------------------------------------------------------------
     def request(
@@ -343,7 +343,7 @@ class Cache:
             failed(self.metrics, "update", exc)
             return False
         if entry is not None and semantic and self.tiers.semantic_on:
-            yield Off(self.tiers.index, asked, entry)  # embedding is CPU work
+            yield Off(self.tiers.index_answer, asked, entry)  # embedding is CPU work
         self._labels(asked, text, semantic=semantic and not fields["negative"])
         return entry is not None
 

@@ -17,8 +17,8 @@ class Hit:
     text: str
     payload: Any  # the caller's own copy
     tier: str  # "exact", "semantic" or "faq"
-    level: str  # where inside the tier: "l1", "l2", or the vector index
-    key: str  # the exact-tier key of the stored response
+    level: str  # where inside the tier: "l1", "l2", the vector index's name, or "sqlite" (FAQ)
+    key: str  # the request's exact-tier key (what coalescing locks); for the FAQ, its entry id
     entry: CacheEntry  # shared with the cache: read it, do not change it
     score: float | None = None  # similarity, for semantic hits
     entry_id: str = ""  # what to pass to Cache.feedback()

@@ -2,12 +2,13 @@
 answers written while the semantic tier opens.
 
 The embedder, the vector index and the FAQ take seconds to open.  By default a daemon thread
-opens them (``start``) and until then they miss (``warming_skips``); ``Cache(warm=True)`` opens
-them before returning (``run``).  A tier that could not be opened (a Qdrant server down) is
-tried again after ``REOPEN_AFTER_S``, an FAQ file that appears later within a second, both in
-the background.  Answers written meanwhile wait in a bounded queue to be indexed; at exit what
-is left goes to the L2 store's journal (``stores/base.py`` ``WriteJournal``), which the next
-process to open the semantic tier indexes (and every process re-reads every 5 s).
+opens them (``open_in_background``) and until then they miss (``warming_skips``);
+``Cache(warm=True)`` opens them before returning (``open_now``).  A tier that could not be
+opened (a Qdrant server down) is tried again after ``REOPEN_AFTER_S``, an FAQ file that
+appears later within a second, both in the background.  Answers written meanwhile wait in a
+bounded queue to be indexed; at exit what is left goes to the L2 store's journal
+(``stores/base.py`` ``WriteJournal``), which the next process to open the semantic tier
+indexes (and every process re-reads every 5 s).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class TierLoader:
             return None
         return self.faq if self.faq.count() else None
 
-    def index(self, asked: Asked, entry: CacheEntry) -> None:
+    def index_answer(self, asked: Asked, entry: CacheEntry) -> None:
         """The semantic tier indexes this answer's question now, or once it is open."""
         tier = self.ready_semantic()
         if tier is None:
@@ -133,7 +134,7 @@ class TierLoader:
                 )
         elif tier == "semantic" and time.monotonic() < self._retry_at:
             return
-        self.start()
+        self.open_in_background()
 
     # opening -------------------------------------------------------------------------------
     def open_semantic(self) -> SemanticTier | None:
@@ -197,16 +198,16 @@ class TierLoader:
         return data_dir() / "faq.sqlite3"
 
     # the warm-up ---------------------------------------------------------------------------
-    def start(self) -> None:
+    def open_in_background(self) -> None:
         """Warm up in a daemon thread (again after a fork, or when something stayed closed)."""
         with self._lock:
             if (self._running and self._pid == os.getpid()) or exiting():
                 return
             self._running, self._pid = True, os.getpid()
-        self._thread = threading.Thread(target=self.run, name="tricache-warm-up", daemon=True)
+        self._thread = threading.Thread(target=self.open_now, name="tricache-warm-up", daemon=True)
         self._thread.start()
 
-    def run(self) -> None:
+    def open_now(self) -> None:
         """Open everything now (blocking): what a ``warm=True`` cache does when it is made."""
         started = time.perf_counter()
         try:
@@ -217,7 +218,7 @@ class TierLoader:
             while tier is not None and self._deferred:
                 with native():  # (refused once the exit began: it journals what is left)
                     for asked, entry in self._take_deferred(1):
-                        self.index(asked, entry)
+                        self.index_answer(asked, entry)
             if tier is not None:  # and what processes that ended before opening it left
                 self._finish_journal()
                 self._journal_upkeep.start()
@@ -284,7 +285,7 @@ class TierLoader:
                     asked = ask(request, self.exact.key(request))
                     entry = self.exact.current(asked)
                     if entry is not None and not entry.negative:
-                        self.index(asked, entry)
+                        self.index_answer(asked, entry)
             if len(records) < 100:
                 return
 

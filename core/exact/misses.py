@@ -4,6 +4,10 @@ An answer is written under the versions its request *began* with (``exact.versio
 records them here, in the caller's context (its thread or task); the write that follows takes
 them back.  A miss answered another way (the semantic tier, the FAQ) is dropped: no write will
 follow it.
+
+Its four uses: a lookup's miss ``record``s (``ExactTier._settled``); ``Cache.began`` ``peek``s
+(a stream drained in another thread passes the stamp back to ``update``); the write ``take``s
+(``ExactTier._prepare``); a hit from another tier ``take``s and drops it (``ExactTier.settle``).
 """
 
 from __future__ import annotations

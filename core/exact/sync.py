@@ -3,7 +3,7 @@
 Polls ("what changed after the seq I have seen"), pub/sub events, and the changes themselves:
 ``invalidate`` (a tag), ``bump_kb_version``, ``set_min_watermark`` and a cleared namespace (a
 new epoch).  A change made here reaches the other caches of this process over the same store at
-once (``siblings``), the other processes by their next poll or event.  Whenever the epoch, the
+once (``_siblings``), the other processes by their next poll or event.  Whenever the epoch, the
 knowledge-base version or the floor moves, what became stale leaves L1.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import msgpack
 
 from ..key.entry import CacheEntry
-from ..runtime.steps import Call, Steps, arun, run
+from ..runtime.steps import Call, Steps, run
 from ..stores.base import DamagedState, L2Store, VersionState
 from ..stores.memory import TTLLRU
 from .bloom import KeyFilter
@@ -72,7 +72,7 @@ class VersionSync:
             return None
         return names
 
-    def ready(self, tags: tuple[str, ...]) -> Steps[bool]:
+    def ready_steps(self, tags: tuple[str, ...]) -> Steps[bool]:
         """Make the view fit for a request with ``tags`` (one poll, when needed and the
         breaker allows); ``False`` when that call failed: the lookup has spent its budget."""
         names = self.missing(tags)
@@ -96,9 +96,6 @@ class VersionSync:
     def poll(self, names: list[str] | None = None) -> bool:
         """Bring the versions up to date (plus ``names``); ``False`` when the store failed."""
         return run(self.poll_steps(names))
-
-    async def apoll(self, names: list[str] | None = None) -> bool:
-        return await arun(self.poll_steps(names))
 
     def poll_steps(self, names: list[str] | None = None) -> Steps[bool]:
         store = self.link.store

@@ -12,8 +12,8 @@ Freshness (``versions``): an answer is written under the versions its request *b
 invalidation that lands while the LLM runs makes it unfit to store.  Nothing is served while
 this process cannot verify its versions with the store.
 
-Each read and write is written once, as steps (``runtime/steps.py``): ``get``/``aget`` and
-``put``/``aput`` only drive them.
+Each read and write is written once, as a step function (``runtime/steps.py``): ``get_steps``
+and ``put_steps``, which ``Cache`` drives with blocking or awaited store calls.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..key.request import CacheRequest, entry_prefix, exact_key
 from ..ops.breaker import CircuitBreaker
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
-from ..runtime.steps import Call, Steps, arun, run
+from ..runtime.steps import Call, Steps, run
 from ..settings import Exact
 from ..stores.base import L2Store
 from ..stores.memory import TTLLRU
@@ -111,12 +111,6 @@ class ExactTier:
     # versions are unverified (first use, store trouble) or the request has tags this process
     # has not read.  Everything else the store is asked (polls, the Bloom filter's catch-up,
     # what an entry from L2 needs) is the upkeep thread's job.
-    def get(self, asked: Asked) -> ExactHit | None:
-        return run(self.get_steps(asked))
-
-    async def aget(self, asked: Asked) -> ExactHit | None:
-        return await arun(self.get_steps(asked))
-
     def get_steps(self, asked: Asked) -> Steps[ExactHit | None]:
         """A lookup begins: L1, then (when the versions, the Bloom filter and the breaker let
         it) L2.  A miss records the versions it began under (``misses``)."""
@@ -160,7 +154,7 @@ class ExactTier:
         """The entry stored for ``asked`` now, its versions verified first (one poll when
         needed), or ``None`` when it is gone or the store cannot tell: for background work."""
         self.link.begin_lookup()
-        if not run(self.sync.ready(asked.tags)):
+        if not run(self.sync.ready_steps(asked.tags)):
             return None
         try:
             return self.fetch(asked.key)
@@ -306,18 +300,6 @@ class ExactTier:
         self.misses.take(key)
 
     # write ---------------------------------------------------------------------------------
-    def put(self, asked: Asked, text: str, payload: Any = None, **fields: Any) -> CacheEntry | None:
-        """Store an answer; ``None`` when it was not stored (too large, stale, or dropped).
-        ``fields``: ``category``, ``negative``, ``tokens``, ``model`` and ``stamp``, the versions
-        its request began under (by default those its lookup's miss recorded, else the current
-        ones)."""
-        return run(self.put_steps(asked, text, payload, **fields))
-
-    async def aput(
-        self, asked: Asked, text: str, payload: Any = None, **fields: Any
-    ) -> CacheEntry | None:
-        return await arun(self.put_steps(asked, text, payload, **fields))
-
     def put_steps(
         self,
         asked: Asked,
@@ -330,8 +312,13 @@ class ExactTier:
         model: str = "",
         stamp: Stamp | None = None,
     ) -> Steps[CacheEntry | None]:
+        """Store an answer: the entry, or ``None`` when it is not stored (too large, or its
+        versions moved while it was computed).  An L2 write that fails, or that the open
+        breaker refuses, still leaves the entry in L1 (counted: ``dropped_writes``).
+        ``stamp``: the versions its request began under (by default those its lookup's miss
+        recorded, else the current ones)."""
         if stamp is None and self.sync.missing(asked.tags) is not None:
-            yield from self.sync.ready(asked.tags)  # an update with no lookup before it
+            yield from self.sync.ready_steps(asked.tags)  # an update with no lookup before it
         prepared = self._prepare(asked, text, payload, category, negative, tokens, model, stamp)
         if prepared is None:
             return None

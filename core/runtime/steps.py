@@ -14,6 +14,12 @@ the result (or has the exception thrown in)::
 ``Call(obj, "name", *args)`` runs ``obj.name(*args)`` in ``run`` and ``await obj.aname(*args)``
 in ``arun``; ``Off(fn, *args)`` runs ``fn(*args)`` in ``run`` and in a worker thread in
 ``arun`` (CPU work: the event loop stays free).
+
+What differs between the two, by design: under ``arun`` the step body itself runs on the event
+loop (anything slow belongs in a ``Call`` or an ``Off``), and an ``Off`` runs in a copy of the
+caller's context (a context variable it sets stays in the thread).  An exception from a call is
+thrown into the step at its ``yield``; a cancellation (or any ``BaseException``) is not: the
+steps are closed, so their ``finally`` blocks run at once, and it propagates.
 """
 
 from __future__ import annotations
@@ -52,36 +58,42 @@ def run(steps: Steps[T]) -> T:
     """Drive ``steps`` with blocking calls."""
     result: Any = None
     error: Exception | None = None
-    while True:
-        done, need = _advance(steps, result, error)
-        if done:
-            return need  # type: ignore[no-any-return]
-        result, error = None, None
-        try:
-            if isinstance(need, Call):
-                result = getattr(need.obj, need.name)(*need.args)
-            else:
-                result = need.fn(*need.args)
-        except Exception as exc:
-            error = exc
+    try:
+        while True:
+            done, need = _advance(steps, result, error)
+            if done:
+                return need  # type: ignore[no-any-return]
+            result, error = None, None
+            try:
+                if isinstance(need, Call):
+                    result = getattr(need.obj, need.name)(*need.args)
+                else:
+                    result = need.fn(*need.args)
+            except Exception as exc:
+                error = exc
+    finally:
+        steps.close()  # (a no-op once they ended)
 
 
 async def arun(steps: Steps[T]) -> T:
     """Drive ``steps`` from async code: store calls awaited, CPU work in a thread."""
     result: Any = None
     error: Exception | None = None
-    while True:
-        done, need = _advance(steps, result, error)
-        if done:
-            return need  # type: ignore[no-any-return]
-        result, error = None, None
-        try:
-            if isinstance(need, Call):
-                result = await getattr(need.obj, "a" + need.name)(*need.args)
-            else:
-                result = await asyncio.to_thread(need.fn, *need.args)
-        except Exception as exc:
-            error = exc
+    try:
+        while True:
+            done, need = _advance(steps, result, error)
+            if done:
+                return need  # type: ignore[no-any-return]
+            result, error = None, None
+            try:
+                if isinstance(need, Call):
+                    result = await getattr(need.obj, "a" + need.name)(*need.args)
+                else:
+                    result = await asyncio.to_thread(need.fn, *need.args)
+            except Exception as exc:
+                error = exc
+    finally:
+        steps.close()  # a cancellation: the steps' ``finally`` blocks run now
 
 
 def _advance(steps: Steps[Any], result: Any, error: Exception | None) -> tuple[bool, Any]:

@@ -1,4 +1,4 @@
-"""Word lists behind the guards, English and Chinese.  Data only; the rules are in guards.py."""
+"""Word lists behind the guards, English and Chinese.  Data only; the rules are in checks.py."""
 
 from __future__ import annotations
 
