@@ -17,7 +17,7 @@ from ..stores.base import L2Store
 
 __all__ = ["TIER", "StoreLink", "StoreUnavailable"]
 
-log = logging.getLogger("tricache.exact.tier")
+log = logging.getLogger(__name__)
 TIER = "exact"
 
 
