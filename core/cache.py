@@ -307,7 +307,7 @@ class Cache:
         elsewhere (a stream drained by another thread) passes ``began=cache.began(request)``,
         taken right after the lookup."""
         fields = dict(category=category, negative=negative, tokens=tokens, model=model,
-                      stamp=began)  # fmt: skip
+                      stamp=began, shared=semantic and not negative)  # fmt: skip
         return run(self._update(request, text, payload, semantic, fields))
 
     async def aupdate(
@@ -325,7 +325,7 @@ class Cache:
     ) -> bool:
         """``update`` from async code: store calls awaited, indexing in a thread."""
         fields = dict(category=category, negative=negative, tokens=tokens, model=model,
-                      stamp=began)  # fmt: skip
+                      stamp=began, shared=semantic and not negative)  # fmt: skip
         return await arun(self._update(request, text, payload, semantic, fields))
 
     def _update(
@@ -342,9 +342,9 @@ class Cache:
         except Exception as exc:
             failed(self.metrics, "update", exc)
             return False
-        if entry is not None and semantic and self.tiers.semantic_on:
+        if entry is not None and entry.shared and self.tiers.semantic_on:
             yield Off(self.tiers.index_answer, asked, entry)  # embedding is CPU work
-        self._labels(asked, text, semantic=semantic and not fields["negative"])
+        self._labels(asked, text, semantic=fields["shared"])
         return entry is not None
 
     def _labels(self, asked: Asked, text: str, *, semantic: bool) -> None:

@@ -311,15 +311,19 @@ class ExactTier:
         tokens: int = 0,
         model: str = "",
         stamp: Stamp | None = None,
+        shared: bool = True,
     ) -> Steps[CacheEntry | None]:
         """Store an answer: the entry, or ``None`` when it is not stored (too large, or its
         versions moved while it was computed).  An L2 write that fails, or that the open
         breaker refuses, still leaves the entry in L1 (counted: ``dropped_writes``).
         ``stamp``: the versions its request began under (by default those its lookup's miss
-        recorded, else the current ones)."""
+        recorded, else the current ones).  ``shared=False``: only this request may get it (no
+        semantic or FAQ match resolves to it)."""
         if stamp is None and self.sync.missing(asked.tags) is not None:
             yield from self.sync.ready_steps(asked.tags)  # an update with no lookup before it
-        prepared = self._prepare(asked, text, payload, category, negative, tokens, model, stamp)
+        prepared = self._prepare(
+            asked, text, payload, category, negative, tokens, model, stamp, shared
+        )
         if prepared is None:
             return None
         entry, data, ttl, stamp = prepared
@@ -372,6 +376,7 @@ class ExactTier:
         tokens: int,
         model: str,
         stamp: Stamp | None,
+        shared: bool,
     ) -> tuple[CacheEntry, bytes, float, Stamp] | None:
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
@@ -387,7 +392,7 @@ class ExactTier:
             return None
         entry = CacheEntry(
             text, payload, category, stamp.epoch, stamp.kb, dict(stamp.tags), negative,
-            tokens=tokens, model=model, started=stamp.started,
+            tokens=tokens, model=model, started=stamp.started, shared=shared,
         )  # fmt: skip
         try:
             data = encode_entry(entry)

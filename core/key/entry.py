@@ -39,6 +39,9 @@ class CacheEntry:
     tokens: int = 0  # what the answer cost the LLM (prompt + completion), for savings metrics
     model: str = ""  # which model, for the price table
     started: float = 0.0  # the store's clock when the request began (0: unknown)
+    # may answer other questions (a semantic or FAQ match): False for an answer stored with
+    # ``semantic=False`` (tool calls, partial answers), which only its own request may get
+    shared: bool = True
 
 
 def encode_entry(entry: CacheEntry) -> bytes:
@@ -57,6 +60,7 @@ def encode_entry(entry: CacheEntry) -> bytes:
             entry.tokens,
             entry.model,
             entry.started,
+            entry.shared,
         ],
         use_bin_type=True,
         unicode_errors="surrogatepass",
@@ -71,10 +75,12 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptEntry(f"undecodable value: {exc}") from None
-    if not isinstance(fields, list) or len(fields) != 12 or fields[0] != SCHEMA_VERSION:
+    if not isinstance(fields, list) or len(fields) not in (12, 13) or fields[0] != SCHEMA_VERSION:
         raise CorruptEntry("unknown schema")
+    if len(fields) == 12:  # written before ``shared``: every such entry was indexed as shared
+        fields.append(True)
     (_, text, payload, category, epoch, kb_version, tag_versions, negative, hits, tokens, model,
-     started) = fields  # fmt: skip
+     started, shared) = fields  # fmt: skip
     if not (
         isinstance(text, str)
         and (category is None or isinstance(category, str))
@@ -88,11 +94,12 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         and isinstance(model, str)
         and isinstance(started, float | int)
         and not isinstance(started, bool)
+        and isinstance(shared, bool)
     ):
         raise CorruptEntry("fields of the wrong type")
     if started > 0:
         watermark = min(watermark, float(started))
     return CacheEntry(
         text, payload, category, epoch, kb_version, tag_versions, negative, hits, watermark,
-        tokens, model, float(started),
+        tokens, model, float(started), shared,
     )  # fmt: skip

@@ -555,7 +555,7 @@ class Learning:
             cached, version = pending.answer, 0.0
         else:
             entry = self.resolve(pending.ref)
-            if entry is None or entry.negative:
+            if entry is None or entry.negative or not entry.shared:
                 return None
             cached, version = entry.text, float(entry.watermark)
         if same_answer(cached, answer):

@@ -269,6 +269,12 @@ class SemanticTier:
         if entry is None:  # the response expired or went stale: the point goes too
             decision.rejected[candidate.id] = "gone"
             self.index.discard([candidate.id])
+            return None
+        if entry.negative or not entry.shared:  # rewritten as "no answer", or for its own
+            decision.rejected[candidate.id] = "not_shared"  # request only: never another's
+            self.metrics.incr(TIER, "unshared")
+            self.index.discard([candidate.id])
+            return None
         return entry
 
     def _hit(
@@ -380,7 +386,7 @@ class SemanticTier:
         ``located``: the question, when the caller located it already."""
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
-        if self._skip_reason(located) is not None or entry.negative:
+        if self._skip_reason(located) is not None or entry.negative or not entry.shared:
             return None
         assert located is not None
         question = folded(located.question)
