@@ -42,7 +42,7 @@ from .embed import Embedder
 from .guards.cacheable import is_cacheable
 from .guards.canonical import canonical
 from .guards.checks import Guard, check, warm_up
-from .index.vectors import Candidate, VectorIndex
+from .index.vectors import MAX_STORED_QUESTION, Candidate, VectorIndex
 from .learning import Learning, Pending, pool_of
 
 __all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier", "embedded_text"]
@@ -194,7 +194,8 @@ class SemanticTier:
         assert located is not None
         question = folded(located.question)  # the canonical form: what every comparison sees
         scope = {"scope": self._scope(request, located)["scope"]}
-        for candidate in self.index.find({**scope, "form": form_key(question)}, self.top_k):
+        found = self._plausible(self.index.find({**scope, "form": form_key(question)}, self.top_k))
+        for candidate in found:
             if same_question(str(candidate.payload.get("question", "")), question):
                 entry = self._resolve(candidate, resolve, decision)
                 if entry is not None:  # the same question in another form: no model asked
@@ -305,7 +306,7 @@ class SemanticTier:
         one letter from another is another word ("lanoxin" / "lanolin") unless the traffic
         shows otherwise."""
         floor = max(0.0, threshold - _RESCORE_MARGIN)
-        near = self.index.search(vector, scope, self.top_k, floor)
+        near = self._plausible(self.index.search(vector, scope, self.top_k, floor))
         new = canonical(query)
         pairs: dict[int, tuple[str, str]] = {}
         for i, candidate in enumerate(near):
@@ -322,6 +323,23 @@ class SemanticTier:
                 near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
         kept = (c for c in near if c.score >= threshold)
         return sorted(kept, key=lambda c: -c.score)
+
+    def _plausible(self, candidates: list[Candidate]) -> list[Candidate]:
+        """``candidates`` without the points this tier could not have written (a question too
+        long or not text, lone surrogates): a hostile point is skipped before a guard reads it,
+        whatever index returned it."""
+        kept = []
+        for candidate in candidates:
+            question = candidate.payload.get("question")
+            if (
+                isinstance(question, str)
+                and len(question) <= MAX_STORED_QUESTION
+                and _comparable(question)
+            ):
+                kept.append(candidate)
+            else:
+                self.metrics.incr(TIER, "hostile_points")
+        return kept
 
     def _skip_reason(self, located: Located | None) -> str | None:
         if located is None or not _comparable(located.question):
@@ -390,6 +408,8 @@ class SemanticTier:
             return None
         assert located is not None
         question = folded(located.question)
+        if len(question) > MAX_STORED_QUESTION:  # (what readers would skip)
+            return None
         vector = self.embedder.embed([embedded_text(question)])[0]
         point_id = point_id_for(ref)
         payload = {

@@ -43,7 +43,7 @@ from ...runtime.forks import on_fork
 from ...runtime.home import private_dir, private_file
 from ...stores.base import PointLog, batched
 from .matrix import MatrixIndex
-from .vectors import Candidate, DiskFull
+from .vectors import MAX_STORED_QUESTION, Candidate, DiskFull
 
 __all__ = ["CorruptPoint", "ReplicatedIndex", "decode_point", "encode_point"]
 
@@ -53,7 +53,7 @@ _FORMAT = 1  # of a stored point
 _SLOT_FORMAT = 2  # of a slot's state and replica (1: a qdrant-edge shard)
 _BATCH = 1000  # points per rebuild step
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
-_MAX_POINT_BYTES = 256 * 1024  # a vector, a question of at most a few thousand characters
+_MAX_POINT_BYTES = 64 * 1024  # a vector, a question of at most 4,096 characters, its tags
 
 
 class _Closing(Exception):
@@ -98,6 +98,8 @@ def decode_point(data: bytes, dim: int, namespace: str) -> tuple[np.ndarray, dic
         raise CorruptPoint("payload field 'expires_at' is not a time")
     if payload["namespace"] != namespace:
         raise CorruptPoint("a point of another namespace")
+    if len(payload["question"]) > MAX_STORED_QUESTION:
+        raise CorruptPoint("a question longer than any the tier writes")
     return vector, payload
 
 

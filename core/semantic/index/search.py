@@ -42,7 +42,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from ...runtime.forks import hold_across_fork, on_fork
-from .vectors import Candidate
+from .vectors import MAX_STORED_QUESTION, Candidate
 
 __all__ = ["RedisSearchIndex", "has_query_engine", "query_engine_at"]
 
@@ -137,6 +137,7 @@ class RedisSearchIndex:
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self.discard_errors = 0
+        self.hostile_points = 0  # results skipped: a question the tier could not have written
         on_fork(self._after_fork)
         self.ensure()
 
@@ -358,8 +359,14 @@ class RedisSearchIndex:
         question, ref = fields.get("q"), fields.get("r")
         if question is None or ref is None or point_id in self._hidden or math.isnan(score):
             return None
-        payload = {"question": _text(question, "surrogatepass"), "ref": _text(ref)}
-        return Candidate(point_id, score, payload)
+        try:  # a question the tier could not have written (too long, not UTF-8): skipped
+            text = _text(question, "strict")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or len(text) > MAX_STORED_QUESTION:
+            self.hostile_points += 1
+            return None
+        return Candidate(point_id, score, {"question": text, "ref": _text(ref)})
 
     def _filter(self, must: Mapping[str, str]) -> str:
         terms = []
