@@ -226,6 +226,9 @@ class Cache:
         tier = self.tiers.ready_semantic()
         if tier is None or not self.tiers.breaker.allow():
             return None
+        if tier.index_on_store and not self.exact.link.available():
+            self.metrics.incr("semantic", "skipped_store_down")  # one timeout per lookup
+            return None
         start = time.perf_counter()
         try:
             key = asked.key if tier.learns else ""
@@ -233,7 +236,10 @@ class Cache:
             self.tiers.breaker.success()
         except Exception as exc:
             self.tiers.breaker.failure()
-            failed(self.metrics, "semantic lookup", exc)
+            if tier.index_on_store and _store_error(exc):  # its server failed: counted, one
+                self.exact.link.failed("search", exc)  # warning now and then, nothing more
+            else:  # asked of it in this lookup
+                failed(self.metrics, "semantic lookup", exc)
             return None
         finally:
             self.metrics.observe("semantic", time.perf_counter() - start)
@@ -544,6 +550,11 @@ class Cache:
 
 
 _FAQ_ID = re.compile(r"faq:([0-9]{1,18}):([0-9a-f]{32})")
+
+
+def _store_error(exc: Exception) -> bool:
+    """A server's failure (a timeout, a lost connection, a refusal), not a bug of the tier."""
+    return isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith("redis")
 
 
 def _fresh(payload: Any) -> Any:

@@ -20,7 +20,7 @@ import pytest
 
 from tricache import Cache, Exact, Semantic
 
-from conftest import REDIS_URL, RedisServer
+from conftest import REDIS_URL, RedisServer, SearchServer
 from procs import use_inherited_cache
 
 fork = multiprocessing.get_context("fork")
@@ -399,3 +399,54 @@ def test_the_bloom_filter_takes_adds_and_reads_while_it_catches_up(tmp_path: Pat
     assert errors == []
     assert bloom.might_contain("tricache:default:x:" + "f" * 40)
     store.close()
+
+
+def test_a_hung_query_engine_costs_one_store_timeout_a_lookup(tmp_path: Path) -> None:
+    """The index on the store's own server gets the store's timeout (it had at least 0.25 s),
+    and a lookup whose store read failed, or whose breaker is open, does not search it: one
+    timeout per lookup, with 8 threads (issue #32: 250 ms a lookup, ~1 s with 8 threads)."""
+    server = SearchServer(tmp_path)
+    server.start()
+    cache = Cache(
+        redis_url=server.url,
+        namespace="hung",
+        faq=False,
+        exact=Exact(bloom=False),
+        semantic=Semantic(index="redis-search"),
+    )
+    try:
+        assert cache.semantic is not None and cache.semantic.index_on_store
+        assert cache.semantic.index.timeout == cache.store.timeout == 0.05  # type: ignore[union-attr]
+        for i in range(10):
+            request = cache.request(f"How do I export report number {i} to CSV?")
+            cache.lookup(request)
+            cache.update(request, f"Reports > {i} > Export.")
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGSTOP)
+        cache.exact.l1.clear()  # every lookup needs the store
+        before = _all_errors(cache)  # every failed store call: the read's, the search's, a poll's
+        lookups: list[int] = []
+
+        def worker(n: int) -> None:
+            for i in range(10):
+                cache.lookup(
+                    cache.request(f"How can I export report number {(i + n) % 10} to CSV?")
+                )
+                lookups.append(1)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(t.is_alive() for t in threads)
+        os.kill(server.process.pid, signal.SIGCONT)
+        # at most one failed store call a lookup (the read, or the search when no read was
+        # made), plus the upkeep thread's polls
+        assert _all_errors(cache) - before <= len(lookups) + 10
+        assert cache.stats()["semantic"].get("skipped_store_down", 0) >= len(lookups) // 2
+    finally:
+        if server.process is not None:
+            os.kill(server.process.pid, signal.SIGCONT)
+        cache.close()
+        server.stop()

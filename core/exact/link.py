@@ -47,6 +47,11 @@ class StoreLink:
         """True when a store call already failed this lookup: ask the store nothing more."""
         return _trouble.get()
 
+    def available(self) -> bool:
+        """True when this lookup may still call the store: nothing failed yet, and the
+        breaker is closed."""
+        return self.store is not None and not _trouble.get() and self.breaker.allow()
+
     def failed(self, what: str, exc: Exception) -> None:
         _trouble.set(True)
         self.breaker.failure()

@@ -93,6 +93,9 @@ def open_semantic(
             audit=audit,
             learning=learning,
             learns=settings.learn is not None,
+            # the query engine of the store's own server: a lookup whose store call failed
+            # (or whose breaker is open) does not wait for it a second time
+            index_on_store=getattr(index, "name", "") == "redis-search",
         )
     except Exiting:  # stopped while warming the guards up
         index.close()
@@ -130,7 +133,7 @@ def _open_index(
         if where == "redis-search" or query_engine_at(redis.url, cluster=redis.cluster):
             return RedisSearchIndex(
                 url=redis.url, cluster=redis.cluster, namespace=namespace,
-                dim=embedder.dim, space=embedder.name, timeout=max(redis.timeout, 0.25),
+                dim=embedder.dim, space=embedder.name, timeout=redis.timeout,
             )  # fmt: skip
     if where == "redis-search":
         raise ValueError("Semantic(index='redis-search') needs a Redis store (redis_url=)")

@@ -123,8 +123,10 @@ class SemanticTier:
         audit: AuditLog | None = None,
         learning: Learning | None = None,
         learns: bool = True,
+        index_on_store: bool = False,
     ) -> None:
         self.index = index
+        self.index_on_store = index_on_store  # the index lives on the exact tier's server
         self.embedder = embedder
         if threshold is None:
             threshold = CALIBRATED_THRESHOLDS.get(embedder.name)

@@ -149,11 +149,11 @@ class RedisSearchIndex:
         """Write points (a round trip per ``_WRITES``); the index is made first if it is gone.
         One point is written within ``timeout``, more (a bulk load) within ``bulk_timeout``."""
         encoded = [(self.prefix + i, *self._fields(v, p)) for i, v, p in points]
-        self.ensure()
+        client = self._fast if len(encoded) == 1 else self._bulk
+        self.ensure(client=client)  # (one answer's write: within ``timeout``)
         with self._lock:
             for point_id, _, _ in points:  # written again: it stays
                 self._hidden.pop(point_id, None)
-        client = self._fast if len(encoded) == 1 else self._bulk
         for start in range(0, len(encoded), _WRITES):
             # HSET and PEXPIRE in one MULTI: a point never lives without its TTL (one slot:
             # allowed on a cluster too)
@@ -239,13 +239,14 @@ class RedisSearchIndex:
                     client.close()
 
     # the index -----------------------------------------------------------------------------
-    def ensure(self, *, force: bool = False) -> None:
+    def ensure(self, *, force: bool = False, client: Any = None) -> None:
         """Make the index when it is missing (checked at most every ``recheck_s``, or at
-        once after a search found it gone); learn how it was made when another process did."""
+        once after a search found it gone); learn how it was made when another process did.
+        ``client``: whose timeout the check runs under (the bulk one by default)."""
         now = time.monotonic()
         if not force and now < self._checked_until:
             return
-        names = {_text(n) for n in self._ft(self._bulk, "FT._LIST")}
+        names = {_text(n) for n in self._ft(client or self._bulk, "FT._LIST")}
         if self.index not in names:
             self._create()
         elif not self._learned:
