@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from .exact.coalesce import Coalescer
+from .exact.link import store_error
 from .exact.tier import ExactHit, ExactTier, StoreUnavailable
 from .exact.versions import Stamp
 from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
@@ -236,7 +237,7 @@ class Cache:
             self.tiers.breaker.success()
         except Exception as exc:
             self.tiers.breaker.failure()
-            if tier.index_on_store and _store_error(exc):  # its server failed: counted, one
+            if tier.index_on_store and store_error(exc):  # its server failed: counted, one
                 self.exact.link.failed("search", exc)  # warning now and then, nothing more
             else:  # asked of it in this lookup
                 failed(self.metrics, "semantic lookup", exc)
@@ -550,11 +551,6 @@ class Cache:
 
 
 _FAQ_ID = re.compile(r"faq:([0-9]{1,18}):([0-9a-f]{32})")
-
-
-def _store_error(exc: Exception) -> bool:
-    """A server's failure (a timeout, a lost connection, a refusal), not a bug of the tier."""
-    return isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith("redis")
 
 
 def _fresh(payload: Any) -> Any:

@@ -1,14 +1,19 @@
-"""The tier loader: opens the semantic tier and the FAQ, off the request path, and keeps the
-answers written while the semantic tier opens.
+"""The tier loader: opens the semantic tier and the FAQ, off the request path, and sees that
+every answer's question reaches the semantic index.
 
 The embedder, the vector index and the FAQ take seconds to open.  By default a daemon thread
 opens them (``open_in_background``) and until then they miss (``warming_skips``);
 ``Cache(warm=True)`` opens them before returning (``open_now``).  A tier that could not be
 opened (a Qdrant server down) is tried again after ``REOPEN_AFTER_S``, an FAQ file that
-appears later within a second, both in the background.  Answers written meanwhile wait in a
-bounded queue to be indexed; at exit what is left goes to the L2 store's journal
-(``stores/base.py`` ``WriteJournal``), which the next process to open the semantic tier
-indexes (and every process re-reads every 5 s).
+appears later within a second, both in the background.
+
+An answer whose question cannot be indexed at once (the tier still opening, its index down)
+is written ahead: drafted without a model (``semantic/points.py``) and put in the L2 store's
+journal (``stores/base.py`` ``WriteJournal``) as it is stored, so nothing waits in memory for
+an exit that may never run cleanly.  Whichever process has the tier open catches up from the
+journal in the background (``upkeep``, every 5 s and when woken), a batch at a time; only a
+cache without a journal (L1 only) or with its store down keeps drafts in memory, bounded and
+counted (``unindexed``) past ``_MEMORY``.
 """
 
 from __future__ import annotations
@@ -23,16 +28,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .exact.link import StoreUnavailable, store_error
 from .exact.tier import ExactTier
 from .exact.upkeep import Upkeep
-from .key.asked import Asked, ask
+from .key.asked import Asked
 from .key.entry import CacheEntry
-from .key.request import decode_request, encode_request
 from .ops.breaker import CircuitBreaker
-from .ops.metrics import Metrics, failed
+from .ops.metrics import Metrics
 from .runtime.exit import Exiting, exiting, native
 from .runtime.forks import inherited, on_fork
 from .runtime.home import data_dir
+from .semantic import points
 from .settings import Resolved
 from .stores.base import WriteJournal
 
@@ -75,7 +81,8 @@ class TierLoader:
         self._running = False
         self._pid = os.getpid()
         self._done = threading.Event()
-        self._deferred: deque[tuple[Asked, CacheEntry]] = deque(maxlen=200)
+        self._unjournaled: deque[bytes] = deque()  # drafts no journal took (see the module)
+        self._catching_up = threading.Lock()
         self.took_s: float | None = None  # how long the last warm-up took
         self._thread: threading.Thread | None = None
         self._journal_upkeep = Upkeep(self, 5.0, "tricache-journal")
@@ -104,23 +111,53 @@ class TierLoader:
         return self.faq if self.faq.count() else None
 
     def index_answer(self, asked: Asked, entry: CacheEntry) -> None:
-        """The semantic tier indexes this answer's question now, or once it is open."""
+        """The semantic tier indexes this answer's question now; when it cannot (still
+        opening, its index failing), the question is written ahead to the journal."""
+        ttl = self.exact.policy.base_ttl(entry.category, negative=entry.negative)
+        draft = points.draft(
+            asked.request, asked.located, asked.key, entry, ttl,
+            cacheable=self._cacheable, volatile=self._volatile_context,
+        )  # fmt: skip
+        if draft is None:
+            return
         tier = self.ready_semantic()
-        if tier is None:
-            if self.semantic_on:  # still opening: indexed once it is (the oldest go when full)
-                self._deferred.append((asked, entry))
-                self._not_ready("semantic")
-            return
-        if not self.breaker.allow():
-            return
-        try:
-            ttl = self.exact.policy.base_ttl(entry.category, negative=entry.negative)
-            tier.add(asked.request, asked.key, entry, ttl, located=asked.located)
-            self.breaker.success()
-        except Exception as exc:
-            self.breaker.failure()
-            self.metrics.incr("semantic", "dropped_writes")
-            failed(self.metrics, "semantic update", exc)
+        if tier is not None and self.breaker.allow():
+            try:
+                tier.index_drafts([draft])
+                self.breaker.success()
+                return
+            except Exception as exc:
+                self.breaker.failure()
+                self.metrics.incr("semantic", "index_errors")
+                if tier.index_on_store and store_error(exc):  # the store's own server: the
+                    self.exact.link.failed("index", exc)  # journal waits for it too
+                else:
+                    self.exact.link.warn("semantic index write failed (journaled): %s", exc)
+        if self.semantic_on:
+            self._write_ahead([points.encode(draft)])
+
+    def _write_ahead(self, records: list[bytes]) -> None:
+        """Into the store's journal; kept here (bounded, counted) when there is none or the
+        store is down, for the upkeep to place later."""
+        store = self._journal()
+        if store is not None and self.exact.breaker.allow():
+            try:
+                dropped = store.journal(self.namespace, records)
+                self.metrics.incr("semantic", "journaled", len(records))
+                if dropped:  # the journal's cap (100,000 a namespace) dropped the oldest
+                    self.metrics.incr("semantic", "unindexed", dropped)
+                if self.semantic is not None:
+                    self._journal_upkeep.wake()  # (an index that failed: tried again soon)
+                return
+            except Exception as exc:
+                self.exact.link.failed("journal", exc)
+        over = len(self._unjournaled) + len(records) - _MEMORY
+        for _ in range(max(0, over)):
+            self._unjournaled.popleft()
+        if over > 0:
+            self.metrics.incr("semantic", "unindexed", over)
+        self._unjournaled.extend(records)
+        self._journal_upkeep.start()
 
     def _not_ready(self, tier: str) -> None:
         if not self._done.is_set() or self._pid != os.getpid():
@@ -137,15 +174,21 @@ class TierLoader:
         self.open_in_background()
 
     # opening -------------------------------------------------------------------------------
-    def open_semantic(self) -> SemanticTier | None:
+    def open_semantic(self, *, catch_up_now: float = 0.0) -> SemanticTier | None:
         """The semantic tier, opened now if it is not; ``None`` when off or unavailable (a
-        server down: tried again after ``REOPEN_AFTER_S``)."""
+        server down: tried again after ``REOPEN_AFTER_S``).  Once it opens, what waits to be
+        indexed is indexed: for ``catch_up_now`` seconds here, the rest in the background."""
         if self.semantic is None and self.semantic_on:
             if time.monotonic() < self._retry_at:
                 return None
             with self._open_lock:
                 if self.semantic is None and self.semantic_on:
                     self._open_semantic()
+                    if self.semantic is not None:
+                        if catch_up_now:
+                            self.catch_up(catch_up_now)
+                        self._journal_upkeep.start()
+                        self._journal_upkeep.wake()
         return self.semantic
 
     def _open_semantic(self) -> None:
@@ -211,17 +254,12 @@ class TierLoader:
         """Open everything now (blocking): what a ``warm=True`` cache does when it is made."""
         started = time.perf_counter()
         try:
-            tier = self.open_semantic()  # the embedder, the vector index, the guards' lists
+            # the embedder, the vector index, the guards' lists; and what waits to be
+            # indexed: some now, the rest in the background (a long journal never blocks)
+            self.open_semantic(catch_up_now=_WARM_CATCH_UP_S)
             if self.settings.faq is not None:
                 with native():
                     self.open_faq()  # (when its file exists)
-            while tier is not None and self._deferred:
-                with native():  # (refused once the exit began: it journals what is left)
-                    for asked, entry in self._take_deferred(1):
-                        self.index_answer(asked, entry)
-            if tier is not None:  # and what processes that ended before opening it left
-                self._finish_journal()
-                self._journal_upkeep.start()
         except Exception as exc:  # the tiers stay closed; the exact tier works on
             if not exiting():  # (stopped at a checkpoint, or an import refused at exit)
                 log.warning("tricache: warm-up failed: %s", exc)
@@ -232,36 +270,42 @@ class TierLoader:
                 self._running = False
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Leave what waits to be indexed to the next process (the store's journal) and wait
-        for a warm-up under way (at exit, it stops at its next checkpoint)."""
+        """Leave the drafts still held here to the store's journal (one try, within the
+        store's timeout) and wait for a warm-up under way (at exit, it stops at its next
+        checkpoint)."""
         self._journal_upkeep.stop()
-        waiting = self._take_deferred(len(self._deferred))
+        waiting = self._take_unjournaled(len(self._unjournaled))
         store = self._journal()
-        if waiting and store is not None:
+        if waiting and store is not None and self.exact.breaker.allow():
             try:
-                requests = [encode_request(asked.request) for asked, _ in waiting]
-                store.journal(self.namespace, requests)
+                store.journal(self.namespace, waiting)
+                waiting = []
             except Exception as exc:  # a store down: those questions go unindexed
                 log.warning("tricache: %d answers left unindexed (%s)", len(waiting), exc)
+        if waiting:
+            self.metrics.incr("semantic", "unindexed", len(waiting))
         thread = self._thread  # (none in a forked child: the parent's is not copied)
         if thread is not None and thread is not threading.current_thread() and not exiting():
             thread.join(timeout)  # (at exit: only a native step under way is waited for)
 
-    def _take_deferred(self, n: int) -> list[tuple[Asked, CacheEntry]]:
-        """Up to ``n`` answers waiting to be indexed (the warm-up and ``stop`` both take)."""
-        taken: list[tuple[Asked, CacheEntry]] = []
+    def _take_unjournaled(self, n: int) -> list[bytes]:
+        taken: list[bytes] = []
         with contextlib.suppress(IndexError):
             while len(taken) < n:
-                taken.append(self._deferred.popleft())
+                taken.append(self._unjournaled.popleft())
         return taken
 
     # the journal ---------------------------------------------------------------------------
     def upkeep(self) -> None:
-        """Now and then: index what other processes left in the journal."""
-        if self.semantic is None:
-            return
+        """Now and then: index what waits (this process's drafts, the journal), a bounded
+        round at a time; with no tier open, move this process's drafts to the journal."""
         try:
-            self._finish_journal()
+            if self.semantic is None:
+                if self._unjournaled and self.exact.breaker.allow():
+                    self._write_ahead(self._take_unjournaled(len(self._unjournaled)))
+                return
+            if not self.catch_up(_ROUND_S):
+                self._journal_upkeep.wake()  # more waits: the next round at once
         except Exiting:
             pass
         except Exception as exc:  # a store busy or closing: the journal keeps what is left
@@ -272,22 +316,69 @@ class TierLoader:
         store = self.exact.store
         return store if isinstance(store, WriteJournal) else None
 
-    def _finish_journal(self) -> None:
-        """Index the answers that processes stored and could not index before they ended
-        (each as its entry stands now: one gone since is skipped)."""
+    def catch_up(self, budget_s: float = float("inf")) -> bool:
+        """Index what waits to be indexed, for at most about ``budget_s``: this process's
+        drafts, then the journal, a batch at a time (each as its entry stands now: one gone
+        since is dropped).  True when nothing is left."""
+        tier = self.semantic
+        if tier is None or not self.breaker.allow():
+            return False
+        if not self._catching_up.acquire(blocking=False):
+            return False  # (another thread is at it)
+        try:
+            return self._catch_up(tier, time.monotonic() + budget_s)
+        except StoreUnavailable:  # the store or the index failed: written ahead again
+            return False
+        finally:
+            self._catching_up.release()
+
+    def _catch_up(self, tier: SemanticTier, deadline: float) -> bool:
+        """``catch_up``'s rounds, until ``deadline`` (monotonic)."""
+        while self._unjournaled:
+            if time.monotonic() > deadline:
+                return False
+            with native():  # (an exit waits for a batch under way)
+                self._index_records(tier, self._take_unjournaled(_BATCH))
         store = self._journal()
         while store is not None:
-            with native():  # (an exit leaves the rest in the journal)
-                records = store.take_journal(self.namespace, 100)
-                for request in filter(None, map(decode_request, records)):
-                    if request.namespace != self.namespace:
-                        continue
-                    asked = ask(request, self.exact.key(request))
-                    entry = self.exact.current(asked)
-                    if entry is not None and not entry.negative:
-                        self.index_answer(asked, entry)
-            if len(records) < 100:
-                return
+            if time.monotonic() > deadline:
+                return False
+            with native():
+                records = store.take_journal(self.namespace, _BATCH)
+                self._index_records(tier, records)
+            if len(records) < _BATCH:
+                break
+        return True
+
+    def _index_records(self, tier: SemanticTier, records: list[bytes]) -> None:
+        """Index the drafts ``records`` hold whose entries are current and shared; the ones
+        whose entry cannot be read now, or that the index refuses, are written ahead again."""
+        ready, later = [], []
+        for data in records:
+            draft = points.decode(data, self.namespace)
+            if draft is None:  # hostile, damaged, or of another version: skipped, counted
+                self.metrics.incr("semantic", "journal_skipped")
+                continue
+            try:
+                entry = self.exact.current(draft["ref"], tuple(draft.get("tags") or ()))
+            except StoreUnavailable:
+                later.append(data)
+                continue
+            if entry is not None and entry.shared and not entry.negative:
+                draft.update(watermark=entry.watermark, kb_version=entry.kb_version)
+                ready.append((data, draft))
+        try:
+            tier.index_drafts([draft for _, draft in ready])
+            self.breaker.success()
+            self.metrics.incr("semantic", "journal_indexed", len(ready))
+        except Exception as exc:
+            self.breaker.failure()
+            self.metrics.incr("semantic", "index_errors")
+            later += [data for data, _ in ready]
+            self.exact.link.warn("semantic index write failed (journaled again): %s", exc)
+        if later:
+            self._write_ahead(later)
+            raise StoreUnavailable(f"{len(later)} drafts wait for the store or the index")
 
     # the end -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -317,6 +408,14 @@ class TierLoader:
         self._lock = threading.Lock()
         self._done.clear()
         self._running, self._thread = False, None
+        self._catching_up = threading.Lock()
+        self._unjournaled.clear()  # (the parent places its own)
+
+
+_MEMORY = 10_000  # drafts held here when no journal takes them (the oldest dropped, counted)
+_BATCH = 32  # drafts indexed at a time (an exit waits for one batch at most)
+_WARM_CATCH_UP_S = 1.0  # what Cache(warm=True) spends on the journal before returning
+_ROUND_S = 2.0  # one round of the upkeep's catching up
 
 
 def _vector_dir(path: str | Path | None) -> Path | None:

@@ -15,7 +15,7 @@ from ..ops.breaker import CircuitBreaker
 from ..ops.metrics import Metrics
 from ..stores.base import L2Store
 
-__all__ = ["TIER", "StoreLink", "StoreUnavailable"]
+__all__ = ["TIER", "StoreLink", "StoreUnavailable", "store_error"]
 
 log = logging.getLogger(__name__)
 TIER = "exact"
@@ -48,8 +48,8 @@ class StoreLink:
         return _trouble.get()
 
     def available(self) -> bool:
-        """True when this lookup may still call the store: nothing failed yet, and the
-        breaker is closed."""
+        """True when this lookup may still call the store: nothing failed since it began,
+        and the breaker is closed.  (Lookup-scoped: an update is not a lookup.)"""
         return self.store is not None and not _trouble.get() and self.breaker.allow()
 
     def failed(self, what: str, exc: Exception) -> None:
@@ -79,6 +79,11 @@ class StoreLink:
             self.store.delete([key])
         except Exception as exc:
             self.failed("delete", exc)
+
+
+def store_error(exc: BaseException) -> bool:
+    """A server's failure (a timeout, a lost connection, a refusal), not a bug of the caller."""
+    return isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith("redis")
 
 
 _WARN_EVERY_S = 10.0

@@ -150,16 +150,14 @@ class ExactTier:
             return None
         return self.versions.stamp(tags)
 
-    def current(self, asked: Asked) -> CacheEntry | None:
-        """The entry stored for ``asked`` now, its versions verified first (one poll when
-        needed), or ``None`` when it is gone or the store cannot tell: for background work."""
+    def current(self, key: str, tags: tuple[str, ...]) -> CacheEntry | None:
+        """The entry stored under ``key`` (written with ``tags``) now, its versions verified
+        first (one poll when needed); ``None`` when it is gone, ``StoreUnavailable`` when the
+        store cannot tell now.  For background work."""
         self.link.begin_lookup()
-        if not run(self.sync.ready_steps(asked.tags)):
-            return None
-        try:
-            return self.fetch(asked.key)
-        except StoreUnavailable:
-            return None
+        if not run(self.sync.ready_steps(tags)):
+            raise StoreUnavailable("versions not verified with the store")
+        return self.fetch(key)
 
     def fetch(self, key: str) -> CacheEntry | None:
         """The current entry stored under ``key`` (L1, then L2), or ``None`` when it is known
@@ -444,7 +442,7 @@ class ExactTier:
         counts = {"scanned": 0, "stale": 0, "corrupt": 0}
         if self.store is None:
             return counts
-        if not self.sync.poll():
+        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):  # (a busy server: again)
             raise StoreUnavailable(f"{self.store_name} did not answer")
         doomed = []
         for key, record in self.store.scan(self.namespace):
@@ -464,7 +462,7 @@ class ExactTier:
 
     def _evictable(self, entry: CacheEntry, written: float) -> bool:
         """Stale for sure (an admin task: it reads what this view lacks, then judges)."""
-        for _ in range(2):
+        for _ in range(_ADMIN_POLLS):
             try:
                 return self._judge(entry, written=written) is not None
             except StoreUnavailable:
@@ -488,3 +486,6 @@ class ExactTier:
 # Redis Cluster nodes' clocks may differ a little; misjudging within it loses an entry (a newer
 # one taken for stale is deleted), never serves a stale one.
 _CLOCK_MARGIN_S = 0.05
+
+
+_ADMIN_POLLS = 5  # an admin verb's tries at a poll (each within the store's short timeout)

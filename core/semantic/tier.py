@@ -21,10 +21,8 @@ the top scores and each refusal's reason for a miss.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,7 +32,7 @@ from ..exact.link import StoreUnavailable
 from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
-from ..key.request import CacheRequest, context_fingerprint
+from ..key.request import CacheRequest
 from ..ops.metrics import Metrics
 from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
@@ -44,8 +42,15 @@ from .guards.canonical import canonical
 from .guards.checks import Guard, check, warm_up
 from .index.vectors import MAX_STORED_QUESTION, Candidate, VectorIndex
 from .learning import Learning, Pending, pool_of
+from .points import Draft, comparable, digest, draft, has_cjk, point_id_for, scope, skip_reason
 
-__all__ = ["CALIBRATED_THRESHOLDS", "SemanticHit", "SemanticTier", "embedded_text"]
+__all__ = [
+    "CALIBRATED_THRESHOLDS",
+    "SemanticHit",
+    "SemanticTier",
+    "embedded_text",
+    "point_id_for",
+]
 
 log = logging.getLogger(__name__)
 TIER = "semantic"
@@ -171,7 +176,7 @@ class SemanticTier:
         that cannot be known now).  ``key`` (the request's exact key) lets a miss be labelled
         by the answer the LLM gives it (``learning``).  ``located``: the question, when the
         caller located it already (``key.asked``)."""
-        decision = Decision(_hash(request.query))
+        decision = Decision(digest(request.query))
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
         try:
@@ -195,8 +200,8 @@ class SemanticTier:
             return None
         assert located is not None
         question = folded(located.question)  # the canonical form: what every comparison sees
-        scope = {"scope": self._scope(request, located)["scope"]}
-        found = self._plausible(self.index.find({**scope, "form": form_key(question)}, self.top_k))
+        where = {"scope": self._scope(request, located)["scope"]}
+        found = self._plausible(self.index.find({**where, "form": form_key(question)}, self.top_k))
         for candidate in found:
             if same_question(str(candidate.payload.get("question", "")), question):
                 entry = self._resolve(candidate, resolve, decision)
@@ -213,7 +218,7 @@ class SemanticTier:
         keep = min(threshold, learning.floor) if learning else threshold
         if learning is not None:
             learning.looked(pool)
-        candidates = self._candidates(query, vector, scope, keep)
+        candidates = self._candidates(query, vector, where, keep)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
         labelled = False  # the first candidate the guards accept is labelled by the answer
@@ -293,7 +298,7 @@ class SemanticTier:
 
     def pool(self, request: CacheRequest, question: str) -> str:
         """Whose labels decide for ``request``: its namespace, tenant and language."""
-        return pool_of(request.namespace, request.tenant, "zh" if _has_cjk(question) else "en")
+        return pool_of(request.namespace, request.tenant, "zh" if has_cjk(question) else "en")
 
     def _candidates(
         self, query: str, vector: np.ndarray, scope: dict[str, str], threshold: float
@@ -336,7 +341,7 @@ class SemanticTier:
             if (
                 isinstance(question, str)
                 and len(question) <= MAX_STORED_QUESTION
-                and _comparable(question)
+                and comparable(question)
             ):
                 kept.append(candidate)
             else:
@@ -344,11 +349,7 @@ class SemanticTier:
         return kept
 
     def _skip_reason(self, located: Located | None) -> str | None:
-        if located is None or not _comparable(located.question):
-            return "no_question"  # empty, too long, code, not isolated, or no words at all
-        if not self.cacheable(canonical(folded(located.question))):  # "Hi, how do I …" asks how
-            return "uncacheable"
-        return None
+        return skip_reason(located, self.cacheable)
 
     def threshold_for(self, category: str | None, pool: str | None = None) -> float:
         """The threshold for a category: the calibrated one, or the one ``pool``'s labels
@@ -377,19 +378,7 @@ class SemanticTier:
         return kept
 
     def _scope(self, request: CacheRequest, located: Located) -> dict[str, str]:
-        """Who may match whom: namespace, tenant, LLM, the conversation around the message and
-        the frame around the question in it, each stored, and ``scope`` — one digest of all,
-        the single keyword every search filters on (one indexed match is cheaper than five).
-        Tenant and LLM key are stored as digests: any string is a valid tenant, and two
-        different ones must never compare equal."""
-        fields = {
-            "namespace": request.namespace,
-            "tenant": _hash(request.tenant),
-            "llm_key": _hash(request.llm_key),
-            "ctx": context_fingerprint(request, volatile=self.volatile_context),
-            "frame": located.frame,
-        }
-        return {**fields, "scope": _hash("\x1f".join(fields.values()))}
+        return scope(request, located, volatile=self.volatile_context)
 
     # write ---------------------------------------------------------------------------------
     def add(
@@ -406,30 +395,26 @@ class SemanticTier:
         ``located``: the question, when the caller located it already."""
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
-        if self._skip_reason(located) is not None or entry.negative or not entry.shared:
+        payload = draft(request, located, ref, entry, ttl, cacheable=self.cacheable,
+                        volatile=self.volatile_context)  # fmt: skip
+        if payload is None:
             return None
-        assert located is not None
-        question = folded(located.question)
-        if len(question) > MAX_STORED_QUESTION:  # (what readers would skip)
-            return None
-        vector = self.embedder.embed([embedded_text(question)])[0]
-        point_id = point_id_for(ref)
-        payload = {
-            **self._scope(request, located),
-            "question": question,
-            "form": form_key(question),
-            "lang": "zh" if _has_cjk(question) else "en",
-            "category": entry.category or "",
-            "tags": list(request.tags),
-            "kb_version": entry.kb_version,
-            "watermark": entry.watermark,
-            "expires_at": time.time() + ttl,
-            "verified": False,
-            "ref": ref,
-        }
-        self.index.upsert(point_id, vector, payload)
-        self.metrics.incr(TIER, "writes")
-        return point_id
+        self.index_drafts([payload])
+        return point_id_for(ref)
+
+    def index_drafts(self, drafts: list[Draft]) -> None:
+        """Embed the drafts' questions (in one batch) and write their points."""
+        if not drafts:
+            return
+        vectors = self.embedder.embed([embedded_text(d["question"]) for d in drafts])
+        points = [(point_id_for(d["ref"]), v, d) for d, v in zip(drafts, vectors, strict=True)]
+        upsert_many = getattr(self.index, "upsert_many", None)
+        if upsert_many is not None:
+            upsert_many(points)
+        else:
+            for point in points:
+                self.index.upsert(*point)
+        self.metrics.incr(TIER, "writes", len(drafts))
 
     def forget(self, ref: str, namespace: str) -> None:
         """Remove the question indexed for the exact entry ``ref`` of ``namespace``."""
@@ -437,11 +422,6 @@ class SemanticTier:
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})
-
-
-def point_id_for(ref: str) -> str:
-    """A stable point id per exact key: rewriting an answer replaces its point."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
 
 
 def embedded_text(question: str) -> str:
@@ -469,22 +449,10 @@ def _shouted(text: str) -> bool:
     literal (``LS -R``) whose case a lowering would change."""
     return (
         text.isupper()
-        and not _has_cjk(text)
+        and not has_cjk(text)
         and sum(w.isalpha() for w in text.split()) >= 2
         and not literals(text)
     )
-
-
-def _comparable(question: str) -> bool:
-    """A question the embedder and the guards can judge: it has a letter or a digit, and no
-    lone surrogate (which would reach them as "?", not as what was typed)."""
-    if not any(c.isalnum() for c in question):
-        return False
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _caseless(question: str) -> bool:
@@ -496,13 +464,5 @@ def _caseless(question: str) -> bool:
 _RESCORE_MARGIN = 0.15
 
 
-def _hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
 def _band(score: float) -> str:
     return f"{int(score * 100) // 2 * 2:02d}"  # 2-point bands: "90", "92", ...
-
-
-def _has_cjk(text: str) -> bool:
-    return any("\u3400" <= c <= "\u9fff" for c in text)

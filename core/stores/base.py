@@ -113,11 +113,14 @@ class LabelBatch(NamedTuple):
 
 @runtime_checkable
 class WriteJournal(Protocol):
-    """Writes a process could not finish (answers stored while its semantic tier was still
-    opening, then the process ended), kept per namespace (opaque bytes, capped: the oldest
-    go first) for whichever process opens the tier next; emptied by ``clear``."""
+    """Questions waiting to be indexed by the semantic tier (answers stored while it was
+    opening, or its index down), kept per namespace (opaque bytes, capped: the oldest go
+    first) for whichever process has the tier open; emptied by ``clear``."""
 
-    def journal(self, namespace: str, records: Sequence[bytes]) -> None: ...
+    def journal(self, namespace: str, records: Sequence[bytes]) -> int:
+        """Append ``records``; returns how many old ones the cap dropped."""
+        ...
+
     def take_journal(self, namespace: str, limit: int) -> list[bytes]:
         """Up to ``limit`` records, oldest first, removed from the journal as they are read."""
         ...

@@ -181,7 +181,7 @@ _SCRIPTS = {
     "points": _CHANGE_POINTS,
 }
 _CHANGES_PER_POLL = 5000
-_JOURNAL_LENGTH = 10_000  # unfinished writes kept per namespace
+_JOURNAL_LENGTH = 100_000  # drafts waiting to be indexed, per namespace (~0.5 KB each)
 _MAX_CONNECTIONS = 100  # per client (one sync, one per event loop)
 
 
@@ -243,14 +243,16 @@ class RedisStore:
 
     @property
     def _bulk(self) -> Any:
-        """A sync client for bulk reads off the request path (a replica's rebuild and log
-        reads): a longer timeout, so a loaded server slows them instead of failing them."""
+        """A sync client for work off the request path (a replica's rebuild and log reads,
+        the admin verbs): a longer timeout, so a loaded server slows it instead of failing."""
         if self._bulk_client is None:
             with self._lock:
                 if self._bulk_client is None:
                     timeout = max(self.timeout, _BULK_TIMEOUT_S)
                     options = {**self._options, "socket_timeout": timeout}
-                    self._bulk_client = self._client(redis, **options)
+                    client = self._client(redis, **options)
+                    client.tricache = _register(client)
+                    self._bulk_client = client
         return self._bulk_client
 
     def _client(self, module: Any, **options: Any) -> Any:
@@ -322,8 +324,11 @@ class RedisStore:
         return int(watermark) / 1e6
 
     def delete(self, keys: Sequence[str]) -> None:
+        """One key (the request path: within the timeout), or many (eviction: the bulk
+        client's longer one)."""
+        client = self._sync if len(keys) <= 1 else self._bulk
         for key in keys:  # one key a command: cluster-safe
-            self._sync.delete(key)
+            client.delete(key)
 
     async def aget(self, key: str) -> Record | None:
         return _record(await self._aclient().get(key))
@@ -359,13 +364,15 @@ class RedisStore:
     def set_floor(self, namespace: str, value: float | None) -> VersionState:
         return self._change(namespace, "min_wm", "now" if value is None else repr(float(value)))
 
+    # The admin verbs (invalidate, a new knowledge-base version, a floor, clear, evict) run
+    # on the bulk client: a busy server slows them, never fails them as it would a lookup.
     def _change(self, namespace: str, name: str, value: str) -> VersionState:
         args = [_new_epoch_id(), name, value]
-        return _state(self._sync.tricache["change"](keys=_version_keys(namespace), args=args))
+        return _state(self._bulk.tricache["change"](keys=_version_keys(namespace), args=args))
 
     def new_epoch(self, namespace: str, replacing: str | None) -> str:
         args = [_new_epoch_id(), replacing or ""]
-        epoch = self._sync.tricache["new_epoch"](keys=_version_keys(namespace), args=args)
+        epoch = self._bulk.tricache["new_epoch"](keys=_version_keys(namespace), args=args)
         return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
 
     def eviction_policy(self) -> str | None:
@@ -380,12 +387,12 @@ class RedisStore:
 
     # bulk ----------------------------------------------------------------------------------
     def keys(self, namespace: str) -> Iterator[str]:
-        for raw in self._sync.scan_iter(match=entry_prefix(namespace) + "*", count=1000):
+        for raw in self._bulk.scan_iter(match=entry_prefix(namespace) + "*", count=1000):
             yield raw.decode() if isinstance(raw, bytes) else raw
 
     def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
         for key in self.keys(namespace):
-            record = _record(self._sync.get(key))
+            record = _record(self._bulk.get(key))
             if record is not None:  # expired between SCAN and GET
                 yield key, record
 
@@ -406,18 +413,20 @@ class RedisStore:
 
     def clear(self, namespace: str) -> int:
         count = 0
-        for raw in self._sync.scan_iter(match=f"tricache:{namespace}:*", count=1000):
-            count += self._sync.delete(raw)
-        self._sync.delete(_label_log_id(namespace), _label_log(namespace))  # id first
-        self._sync.delete(_journal(namespace))
+        for raw in self._bulk.scan_iter(match=f"tricache:{namespace}:*", count=1000):
+            count += self._bulk.delete(raw)
+        self._bulk.delete(_label_log_id(namespace), _label_log(namespace))  # id first
+        self._bulk.delete(_journal(namespace))
         return count
 
     # writes left unfinished (WriteJournal) --------------------------------------------------
-    def journal(self, namespace: str, records: Sequence[bytes]) -> None:
-        pipe = self._bulk.pipeline(transaction=False)
+    def journal(self, namespace: str, records: Sequence[bytes]) -> int:
+        """(On the write path: within the store's timeout.)"""
+        pipe = self._sync.pipeline(transaction=False)
         pipe.rpush(_journal(namespace), *records)
         pipe.ltrim(_journal(namespace), -_JOURNAL_LENGTH, -1)
-        pipe.execute()
+        length, _ = pipe.execute()
+        return max(0, int(length) - _JOURNAL_LENGTH)
 
     def take_journal(self, namespace: str, limit: int) -> list[bytes]:
         taken = self._bulk.lpop(_journal(namespace), limit)
@@ -451,16 +460,20 @@ class RedisStore:
         self._change_points(namespace, [(point_id, data, max(1, int(ttl * 1000)))])
 
     def delete_points(self, namespace: str, point_ids: Sequence[str]) -> None:
-        self._change_points(namespace, [(point_id, b"", 0) for point_id in point_ids])
+        """(Off the request path: feedback, a replica's sync thread.)"""
+        changes = [(point_id, b"", 0) for point_id in point_ids]
+        self._change_points(namespace, changes, self._bulk)
 
-    def _change_points(self, namespace: str, changes: Sequence[tuple[str, bytes, int]]) -> None:
+    def _change_points(
+        self, namespace: str, changes: Sequence[tuple[str, bytes, int]], client: Any = None
+    ) -> None:
         for point_id, _, _ in changes:
             if len(point_id) != _POINT_ID_CHARS:
                 raise ValueError(f"not a point id: {point_id!r}")
         if changes:
             keys = [_point_log(namespace), *(_point_key(namespace, c[0]) for c in changes)]
             args = [self._point_log_length, *(x for c in changes for x in c[1:])]
-            self._sync.tricache["points"](keys=keys, args=args)
+            (client or self._sync).tricache["points"](keys=keys, args=args)
 
     def clear_points(self, namespace: str) -> None:
         """Points first, then the log: a reader that loses the log rebuilds from what is left."""

@@ -319,17 +319,18 @@ class SQLiteStore:
         return cur.rowcount
 
     # writes left unfinished (WriteJournal) --------------------------------------------------
-    def journal(self, namespace: str, records: Sequence[bytes]) -> None:
+    def journal(self, namespace: str, records: Sequence[bytes]) -> int:
         with self._writing() as db, _transaction(db, "IMMEDIATE"):
             db.executemany(
                 "INSERT INTO journal (namespace, data) VALUES (?, ?)",
                 [(namespace, data) for data in records],
             )
-            db.execute(
-                "DELETE FROM journal WHERE namespace = ? AND seq <= (SELECT max(seq) FROM"
-                " journal WHERE namespace = ?) - ?",
+            cur = db.execute(  # the namespace's newest _JOURNAL_LENGTH stay
+                "DELETE FROM journal WHERE namespace = ? AND seq <= (SELECT seq FROM journal"
+                " WHERE namespace = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
                 (namespace, namespace, _JOURNAL_LENGTH),
             )
+        return max(0, cur.rowcount)
 
     def take_journal(self, namespace: str, limit: int) -> list[bytes]:
         with self._writing() as db, _transaction(db, "IMMEDIATE"):
@@ -518,7 +519,7 @@ TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader aw
 
 
 _LABELS = 5000  # labels per read
-_JOURNAL_LENGTH = 10_000  # unfinished writes kept per namespace
+_JOURNAL_LENGTH = 100_000  # drafts waiting to be indexed, per namespace (~0.5 KB each)
 
 
 def _point_log(db: sqlite3.Connection, namespace: str) -> tuple[str, int]:

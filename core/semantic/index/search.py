@@ -361,7 +361,7 @@ class RedisSearchIndex:
         if question is None or ref is None or point_id in self._hidden or math.isnan(score):
             return None
         try:  # a question the tier could not have written (too long, not UTF-8): skipped
-            text = _text(question, "strict")
+            text = _text(question, "surrogatepass")  # (as it was written)
         except UnicodeDecodeError:
             text = None
         if text is None or len(text) > MAX_STORED_QUESTION:
