@@ -109,6 +109,25 @@ def test_the_sqlite_label_log_keeps_only_its_newest_records(tmp_path: Path) -> N
     assert 1000 <= kept <= 2000  # 7,000 written
 
 
+def test_the_sqlite_label_log_is_capped_per_namespace_when_two_share_the_file(
+    tmp_path: Path,
+) -> None:
+    """Two namespaces writing to one file: each keeps its newest records (the trim fired on
+    the table's global sequence and trimmed only the writer's namespace: 6,000 rows kept
+    against a cap of 1,000)."""
+    store = SQLiteStore(tmp_path / "l.sqlite3", label_log_length=1000)
+    try:
+        for i in range(3000):
+            for ns in ("a", "b"):
+                store.add_labels(ns, [encode_lookups(f"pool{i}", 1, {})])
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "l.sqlite3") as db:
+        kept = dict(db.execute("SELECT namespace, count(*) FROM labels GROUP BY namespace"))
+    assert set(kept) == {"a", "b"}
+    assert all(1000 <= n <= 1100 for n in kept.values()), kept  # 3,000 written to each
+
+
 def test_many_tenants_keep_memory_bounded() -> None:
     """Lookups of pools without labels leave nothing behind; labelled pools past the bound
     are forgotten, least recently labelled first."""

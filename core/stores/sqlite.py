@@ -98,6 +98,7 @@ class SQLiteStore:
     ) -> None:
         self.path = Path(path)
         self.label_log_length = label_log_length
+        self._label_writes: dict[str, int] = {}  # label writes per namespace (when to trim)
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         private_sqlite(self.path)
         self._clock = clock
@@ -354,12 +355,15 @@ class SQLiteStore:
             db.executemany(
                 "INSERT INTO labels (namespace, data) VALUES (?, ?)",
                 [(namespace, data) for data in labels],
-            )  # (its cursor's lastrowid is None after executemany: read the last seq)
-            last = db.execute("SELECT max(seq) FROM labels").fetchone()[0] or 0
-            if last % 1000 < len(labels):  # now and then: keep the newest only
+            )
+            # now and then (every 100th write of this namespace, counted per process): its
+            # newest label_log_length stay; other namespaces' writes move nothing here
+            self._label_writes[namespace] = self._label_writes.get(namespace, 0) + 1
+            if self._label_writes[namespace] % 100 == 1:
                 db.execute(
-                    "DELETE FROM labels WHERE namespace = ? AND seq <= ?",
-                    (namespace, last - self.label_log_length),
+                    "DELETE FROM labels WHERE namespace = ? AND seq <= (SELECT seq FROM labels"
+                    " WHERE namespace = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                    (namespace, namespace, self.label_log_length),
                 )
 
     def labels_since(self, namespace: str, cursor: str) -> LabelBatch:
