@@ -19,6 +19,7 @@ once: the tiers take these objects.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -46,6 +47,37 @@ __all__ = [
 ]
 
 
+def _number(owner: str, name: str, value: Any, low: float, high: float, *,
+            low_open: bool = True, high_open: bool = False) -> None:  # fmt: skip
+    """``value`` must be a real number within (``low``, ``high``] (ends as told): a
+    ``TypeError`` or ``ValueError`` that names the setting and says what it takes."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}({name}=...) takes a number, not {value!r}")
+    left, right = "(" if low_open else "[", ")" if high_open else "]"
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        raise ValueError(f"{owner}({name}={value!r}) must be in {left}{low:g}, {high:g}{right}")
+
+
+def _count(owner: str, name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}({name}=...) takes a whole number, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{owner}({name}={value!r}) must be from {low} to {high}")
+
+
+def _flag(owner: str, name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}({name}=...) takes True or False, not {value!r}")
+
+
+def _optional(owner: str, name: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    if value is not None and not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise TypeError(f"{owner}({name}=...) takes {names} or None, not {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Redis:
     """L2 in Redis (``cluster=True``: Redis Cluster), shared by every process that uses it.
@@ -58,6 +90,10 @@ class Redis:
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url:
             raise TypeError("Redis(url) takes a redis:// or rediss:// URL")
+        if not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"Redis(url={self.url!r}) is not a redis://, rediss:// or unix:// URL")
+        _flag("Redis", "cluster", self.cluster)
+        _number("Redis", "timeout", self.timeout, 0, 60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +121,18 @@ class Exact:
     cache_version: str = "1"  # change it to retire every entry (a new prompt format, say)
     cache_time_dependent: bool = False  # cache "today"/"my order" questions (exact tier only)
 
+    def __post_init__(self) -> None:
+        _optional("Exact", "ttl", self.ttl, TtlPolicy)
+        _count("Exact", "l1_max_items", self.l1_max_items, 0, 10**9)
+        _count("Exact", "l1_max_bytes", self.l1_max_bytes, 0, 2**50)
+        _flag("Exact", "bloom", self.bloom)
+        _number("Exact", "refresh_s", self.refresh_s, 0, 3600)
+        if not isinstance(self.cache_version, str) or not self.cache_version:
+            raise TypeError(
+                f"Exact(cache_version=...) takes a non-empty str, not {self.cache_version!r}"
+            )
+        _flag("Exact", "cache_time_dependent", self.cache_time_dependent)
+
 
 @dataclass(frozen=True, slots=True)
 class Learn:
@@ -101,12 +149,9 @@ class Learn:
     floor: float = 0.77
 
     def __post_init__(self) -> None:
-        if not 0 < self.error_bound < 1:
-            raise ValueError("Learn(error_bound=...) is a share of lookups, in (0, 1)")
-        if not 0 < self.explore <= 0.5:
-            raise ValueError("Learn(explore=...) must be in (0, 0.5]: unexplored hits go unchecked")
-        if not 0 < self.floor < 1:
-            raise ValueError("Learn(floor=...) is a similarity, in (0, 1)")
+        _number("Learn", "error_bound", self.error_bound, 0, 1, high_open=True)
+        _number("Learn", "explore", self.explore, 0, 0.5)  # unexplored hits go unchecked
+        _number("Learn", "floor", self.floor, 0, 1, high_open=True)
         if self.judge is not None and not callable(self.judge):
             raise TypeError(
                 "Learn(judge=...) takes (cached_question, cached_answer, question, answer)"
@@ -135,6 +180,17 @@ class Semantic:
             raise ValueError(
                 "Semantic(index=...) is 'auto', 'replica', 'redis-search' or Qdrant(url)"
             )
+        if self.threshold is not None:  # a cosine similarity
+            _number("Semantic", "threshold", self.threshold, 0, 1)
+        _count("Semantic", "top_k", self.top_k, 1, 100)
+        if isinstance(self.guards, str | bytes) or not all(callable(g) for g in self.guards):
+            raise TypeError("Semantic(guards=...) takes a sequence of guard functions")
+        if self.reranker is not None and not callable(self.reranker):
+            raise TypeError("Semantic(reranker=...) takes (question, candidates) -> scores")
+        _number("Semantic", "rerank_threshold", self.rerank_threshold, -1e9, 1e9)
+        _flag("Semantic", "audit", self.audit)
+        _optional("Semantic", "vector_path", self.vector_path, (str, Path))
+        _optional("Semantic", "learn", self.learn, Learn)
 
 
 _INDEXES = ("auto", "replica", "redis-search")
@@ -148,6 +204,11 @@ class Faq:
     path: str | Path | None = None  # None: beside the L2 file, or in the data directory
     threshold: float = 0.80
     learn: Learn | None = None
+
+    def __post_init__(self) -> None:
+        _optional("Faq", "path", self.path, (str, Path))
+        _number("Faq", "threshold", self.threshold, 0, 1)
+        _optional("Faq", "learn", self.learn, Learn)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
 import pytest
 
-from tricache import Cache, CacheEntry, CacheRequest, TtlPolicy
+from tricache import Cache, CacheEntry, CacheRequest, Exact, Faq, Learn, Redis, Semantic, TtlPolicy
 from tricache.key.entry import SCHEMA_VERSION, CorruptEntry, decode_entry, encode_entry
 from tricache.key.request import exact_key
 from tricache.ops.breaker import CircuitBreaker
@@ -300,3 +301,46 @@ def test_where_the_store_and_the_index_are_is_said_once() -> None:
         Redis("")
     with pytest.raises(TypeError):
         Qdrant()
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "names"),
+    [
+        (lambda: Semantic(threshold=1.5), ValueError, "Semantic(threshold=1.5)"),
+        (lambda: Semantic(threshold=0), ValueError, "threshold"),
+        (lambda: Semantic(threshold="0.9"), TypeError, "threshold"),
+        (lambda: Semantic(threshold=float("nan")), ValueError, "threshold"),
+        (lambda: Semantic(top_k=0), ValueError, "top_k"),
+        (lambda: Semantic(top_k=2.5), TypeError, "top_k"),
+        (lambda: Semantic(guards="numbers"), TypeError, "guards"),
+        (lambda: Semantic(reranker=3), TypeError, "reranker"),
+        (lambda: Semantic(audit="yes"), TypeError, "audit"),
+        (lambda: Semantic(learn=0.01), TypeError, "learn"),
+        (lambda: Faq(threshold=2), ValueError, "Faq(threshold=2)"),
+        (lambda: Faq(learn=True), TypeError, "learn"),
+        (lambda: Exact(refresh_s=-1), ValueError, "refresh_s"),
+        (lambda: Exact(l1_max_items=-5), ValueError, "l1_max_items"),
+        (lambda: Exact(bloom=None), TypeError, "bloom"),
+        (lambda: Exact(cache_version=""), TypeError, "cache_version"),
+        (lambda: Exact(ttl=60), TypeError, "ttl"),
+        (lambda: Redis("redis://x", timeout=0), ValueError, "timeout"),
+        (lambda: Redis("redis://x", timeout=float("inf")), ValueError, "timeout"),
+        (lambda: Redis("http://x"), ValueError, "redis://"),
+        (lambda: Learn(error_bound=0), ValueError, "error_bound"),
+        (lambda: Learn(explore=0.9), ValueError, "explore"),
+    ],
+)
+def test_every_setting_is_checked_when_built_and_the_error_names_it(
+    make: Callable[[], object], error: type[Exception], names: str
+) -> None:
+    """httpx's ``Timeout`` is the model: a wrong setting fails where it is written, not in a
+    background warm-up that then runs again at every lookup (issue #32: ``Semantic(threshold=
+    1.5)`` built, and the semantic tier never opened)."""
+    with pytest.raises(error) as raised:
+        make()
+    assert names in str(raised.value)
+
+
+def test_a_cache_with_a_bad_setting_fails_when_made() -> None:
+    with pytest.raises(ValueError, match="threshold"):
+        Cache(semantic=Semantic(threshold=1.5), store=False)
