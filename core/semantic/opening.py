@@ -96,6 +96,7 @@ def open_semantic(
             # the query engine of the store's own server: a lookup whose store call failed
             # (or whose breaker is open) does not wait for it a second time
             index_on_store=getattr(index, "name", "") == "redis-search",
+            forget_elsewhere=_elsewhere(index, store, namespace),
         )
     except Exiting:  # stopped while warming the guards up
         index.close()
@@ -139,6 +140,24 @@ def _open_index(
         raise ValueError("Semantic(index='redis-search') needs a Redis store (redis_url=)")
     base = Path(vector_path or data_dir() / "vectors") / embedder.name
     return ReplicatedIndex(points, namespace, embedder.dim, base / _replica_name(points, namespace))
+
+
+def _elsewhere(index: Any, store: L2Store | None, namespace: str) -> Any:
+    """On a Redis store, the workers of one namespace may be on either kind of index (the
+    server's search module came or went between their starts): a deletion (feedback) must
+    reach both.  ``None`` elsewhere."""
+    redis = _redis_store(store)
+    if redis is None:
+        return None
+    kind = getattr(index, "name", "")
+
+    def forget(point_ids: list[str]) -> None:
+        if kind != "replica":  # the replicas' points, in the store (their log tells them)
+            redis.delete_points(namespace, point_ids)
+        if kind != "redis-search":  # the query engine's hashes, in every vector space
+            redis.delete_search_points(namespace, point_ids)
+
+    return forget
 
 
 def _redis_store(store: Any) -> Any:

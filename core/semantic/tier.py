@@ -129,9 +129,12 @@ class SemanticTier:
         learning: Learning | None = None,
         learns: bool = True,
         index_on_store: bool = False,
+        forget_elsewhere: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.index = index
         self.index_on_store = index_on_store  # the index lives on the exact tier's server
+        # deletes points from the kinds of index other workers of the namespace may be on
+        self.forget_elsewhere = forget_elsewhere
         self.embedder = embedder
         if threshold is None:
             threshold = CALIBRATED_THRESHOLDS.get(embedder.name)
@@ -417,8 +420,12 @@ class SemanticTier:
         self.metrics.incr(TIER, "writes", len(drafts))
 
     def forget(self, ref: str, namespace: str) -> None:
-        """Remove the question indexed for the exact entry ``ref`` of ``namespace``."""
-        self.index.delete([point_id_for(ref)])
+        """Remove the question indexed for the exact entry ``ref`` of ``namespace``, from
+        every kind of index the namespace may have (``forget_elsewhere``)."""
+        ids = [point_id_for(ref)]
+        self.index.delete(ids)
+        if self.forget_elsewhere is not None:
+            self.forget_elsewhere(ids)
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})

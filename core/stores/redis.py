@@ -475,6 +475,14 @@ class RedisStore:
             args = [self._point_log_length, *(x for c in changes for x in c[1:])]
             (client or self._sync).tricache["points"](keys=keys, args=args)
 
+    def delete_search_points(self, namespace: str, point_ids: Sequence[str]) -> None:
+        """Delete the query engine's hashes of these points, in every vector space it has
+        held (a worker on the replica forgets for the workers on the query engine)."""
+        spaces = [_text(x) for x in self._bulk.smembers(vector_spaces(namespace))]
+        keys = [vector_prefix(namespace, space) + i for space in spaces for i in point_ids]
+        for batch in batched(iter(keys), 500):  # one slot (the namespace's tag): cluster-safe
+            self._bulk.unlink(*batch)
+
     def clear_points(self, namespace: str) -> None:
         """Points first, then the log: a reader that loses the log rebuilds from what is left."""
         for batch in batched(self._point_keys(namespace), 500):
@@ -706,6 +714,17 @@ def _point_log(namespace: str) -> str:
 
 def _label_log(namespace: str) -> str:
     return f"tricache:{{{namespace}}}:labels"
+
+
+def vector_prefix(namespace: str, space: str) -> str:
+    """Where the query engine's hashes of ``namespace`` and one vector space (its slug) live
+    (``semantic/index/search.py``)."""
+    return f"tricache:{{{namespace}}}:v:" + (f"{space}:" if space else "")
+
+
+def vector_spaces(namespace: str) -> str:
+    """The set of vector spaces the query engine has held points of, for ``namespace``."""
+    return f"tricache:{{{namespace}}}:vspaces"
 
 
 def _journal(namespace: str) -> str:

@@ -42,6 +42,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from ...runtime.forks import hold_across_fork, on_fork
+from ...stores.redis import vector_prefix, vector_spaces
 from .vectors import MAX_STORED_QUESTION, Candidate
 
 __all__ = ["RedisSearchIndex", "has_query_engine", "query_engine_at"]
@@ -110,8 +111,9 @@ class RedisSearchIndex:
         self.dim = dim
         self.timeout = timeout
         slug = "".join(c if c.isalnum() or c in "_.-" else "_" for c in space)
+        self.slug = slug
         self.index = f"tricache:{{{namespace}}}:vidx" + (f":{slug}" if slug else "")
-        self.prefix = f"tricache:{{{namespace}}}:v:" + (f"{slug}:" if slug else "")
+        self.prefix = vector_prefix(namespace, slug)
         self._namespace_tag = _tag(namespace)
         self._owned = client is None
         if client is None:
@@ -251,6 +253,8 @@ class RedisSearchIndex:
             self._create()
         elif not self._learned:
             self._learn()
+        if not self._learned:  # where a worker on the replica finds these points to forget
+            self._bulk.sadd(vector_spaces(self.namespace), self.slug)
         self._learned = True
         self._checked_until = now + self._recheck_s
 
