@@ -20,6 +20,8 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tricache import Cache, Faq, Learn, Semantic
 from tricache.faq.store import FaqEntry
 from tricache.semantic.learning import (
@@ -198,3 +200,89 @@ def test_a_request_the_faq_answered_after_a_semantic_miss_labels_nothing(tmp_pat
         cache.update(request, hit.text)
         learning.drain()
         assert [p for p in learning.evidence.pools() if learning.evidence.labels(p)] == []
+
+
+REFUSALS = [
+    "I can't help with that.", "Sorry, I'm unable to assist with this request.",
+    "I'm not able to answer that.", "Unfortunately, I can't provide that information.",
+    "I cannot help with this one.", "As an AI, I can't answer this.",
+    "I'm sorry, but I can't help with that request.", "That's not something I can help with.",
+    "I won't be able to answer that.", "Apologies, I can't assist here.",
+    "I must decline to answer.", "抱歉，我无法回答这个问题。",
+]  # fmt: skip
+PLACES = [
+    "the library", "the gym", "the pool", "the cafeteria", "the bookstore", "the museum",
+    "the lab", "the clinic", "the chapel", "the theater", "the garage", "the dorm office",
+]  # fmt: skip
+ASKS = [
+    "Is {s} open 24 hours during {p}?", "What time does {s} close during {p}?",
+    "Is {s} open late during {p}?", "When does {s} open during {p}?",
+    "Does {s} stay open overnight during {p}?", "Is {s} open on weekends during {p}?",
+]  # fmt: skip
+PERIODS = ["finals week", "midterms", "the summer", "winter break", "exam season",
+           "orientation week", "reading week", "the holidays"]  # fmt: skip
+
+
+def test_rotating_canned_refusals_teach_nothing(tmp_path: Path) -> None:
+    """Twelve refusal phrasings, one per family of questions, returned for 576 different
+    questions: agreement between refusals is no evidence that two questions are the same, so
+    no label is made and the threshold stays the calibrated one (issue #32: a tenant's went to
+    0.78 and a look-alike was served 5 of 5 times; on this traffic, 0.85 and 156 labels)."""
+    learn = Learn(error_bound=0.01)
+    with Cache(path=tmp_path / "c.sqlite3", faq=False,
+               semantic=Semantic(audit=False, learn=learn)) as cache:  # fmt: skip
+        tier = cache.semantic
+        assert tier is not None and tier.learning is not None
+        tier.learning.rng = random.Random(0)
+        traffic = [(n, ask.format(s=place, p=period)) for n, place in enumerate(PLACES)
+                   for ask in ASKS for period in PERIODS]  # fmt: skip
+        random.Random(1).shuffle(traffic)
+        for n, asked in traffic:
+            request = cache.request(asked)
+            if cache.lookup(request) is None:
+                cache.update(request, REFUSALS[n])
+        tier.learning.drain()
+        pool = tier.pool(cache.request("x"), "x")
+        assert tier.learning.threshold(pool, tier.threshold) == tier.threshold
+        assert not [x for x in tier.learning.evidence.labels(pool) if x.same]
+        assert cache.stats()["semantic"]["labels_boilerplate"] >= 100
+
+
+def test_an_answer_unrelated_questions_hold_alike_is_no_evidence() -> None:
+    """A canned answer no word list names ("please see the front desk"), cached by entries of
+    unrelated questions: agreement with it makes no positive label.  Paraphrases answered
+    alike stay evidence (that is what learning is for)."""
+    from tricache.semantic.answers import Families
+    from tricache.semantic.embed import get_embedder
+
+    families = Families(get_embedder(None).embed)
+    canned = "Please see the front desk for that."
+    unrelated = ["Can I bring my dog to the hotel?", "Is breakfast included in the rate?",
+                 "Where can I park my car overnight?"]  # fmt: skip
+    verdicts = [families.family("p", f"u{i}", q, canned)[1] for i, q in enumerate(unrelated)]
+    assert verdicts == [False, False, True]  # the third unrelated question: generic
+    assert families.family("other pool", "u9", unrelated[0], canned)[1] is False  # pools apart
+    answer = "Checkout is at 11 am."
+    paraphrases = ["What time is checkout?", "When do I have to check out?",
+                   "What is the checkout time?", "By what time must I check out?"]  # fmt: skip
+    assert not any(families.family("p", f"c{i}", q, answer)[1] for i, q in enumerate(paraphrases))
+
+
+@pytest.mark.parametrize(
+    ("answer", "canned"),
+    [
+        ("ERROR: upstream timeout", True), ("Sorry, I cannot help.", True),
+        ("I'm afraid I can't do that.", True), ("As an AI language model, I cannot", True),
+        ("Traceback (most recent call last):", True), ("HTTP 503 Service Unavailable", True),
+        ("The request timed out, please try again later.", True), ("", True),
+        ("抱歉，我无法回答这个问题。", True), ("错误：请求超时", True),
+        ("系统繁忙，请稍后再试", True), ("不好意思，这个我不清楚", True),
+        ("Error 404 means the page was not found.", False),
+        ("Yes, 24/7 during finals week.", False),
+        ("Timeout is a setting in seconds.", False), ("图书馆期末周24小时开放。", False),
+    ],
+)  # fmt: skip
+def test_boilerplate_answers_are_told_from_answers(answer: str, canned: bool) -> None:
+    from tricache.semantic.answers import boilerplate
+
+    assert boilerplate(answer) is canned

@@ -26,7 +26,9 @@ answer the cache itself served.  Labels count for the version of the entry they 
 (an entry written again is judged afresh), die with ``clear()``, and never leave their tenant's
 pool.  A flood of look-alike questions that all get one answer teaches little: a positive label
 weighs less the more often its answer recurs in the pool, and a pool needs positives from many
-different answers before it moves.
+different answers before it moves.  Agreement between answers that refuse, report an error,
+or that many entries hold alike ("please contact support") is no evidence at all
+(``answers.py``): such positive labels are not made.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ..key.normalize import normalize
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import LabelLog
+from .answers import Families, boilerplate
 from .guards.analysis import analyze
 from .guards.canonical import canonical
 from .guards.checks import check
@@ -462,6 +465,7 @@ class Learning:
         self.metrics = metrics or Metrics()
         self.sync_s = sync_s
         self.evidence = Evidence()
+        self.families = Families(embed)  # which cached answers many entries share
         self.rng = rng or random.Random()
         self._pending: OrderedDict[str, list[Pending]] = OrderedDict()
         self._learned: OrderedDict[str, float] = OrderedDict()  # learned thresholds, by pool
@@ -564,8 +568,19 @@ class Learning:
             same = bool(self.judge(pending.question, cached, question, answer))
         else:
             same = same_answer(cached, answer, self.embed)
+        digest = answer_digest(cached)
+        if same:  # agreement counts only where the answer says something about its question
+            if boilerplate(cached) or boilerplate(answer):
+                self.metrics.incr("semantic", "labels_boilerplate")
+                return None
+            digest, generic = self.families.family(
+                pending.pool, pending.point, pending.question, cached
+            )
+            if generic:
+                self.metrics.incr("semantic", "labels_generic")
+                return None
         return Label(pending.pool, pending.point, version, pending.score, same, pending.weight,
-                     answer_digest(cached))  # fmt: skip
+                     digest)  # fmt: skip
 
     def _log(self, records: list[bytes]) -> None:
         if self.store is not None:
@@ -649,6 +664,7 @@ class Learning:
     def reset(self) -> None:
         """Forget every label (``clear()``); the store's log is cleared by the store."""
         self.evidence.reset()
+        self.families.reset()
         with self._pending_lock:
             self._pending.clear()
         with self._counts_lock:

@@ -1,0 +1,143 @@
+"""Which answers say something about their question: only those can teach that two questions
+are the same.
+
+A label says "serving the cached answer to this question would have been right" because the LLM
+gave the same answer.  An answer the LLM gives to many unrelated questions — a refusal, an
+error, an apology, "please contact support" — agrees with itself whatever was asked, so such
+agreement is no evidence: twelve rotating refusal phrasings once lowered a pool's threshold to
+0.78 and served a look-alike 5 of 5 times.  Two checks, each enough:
+
+- ``boilerplate``: the answer opens as a refusal, an apology, "I don't know", or reads as an
+  error (English and Chinese word lists, ``REFUSALS``/``ERRORS``), or is empty;
+- ``Families``: an answer whose near-duplicates (embeddings at ``SAME_FAMILY`` or closer) are
+  the cached answers of ``GENERIC_ENTRIES`` or more other entries of the pool, for questions
+  unrelated to its own, answers no question in particular.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["GENERIC_ENTRIES", "SAME_FAMILY", "UNRELATED", "Families", "boilerplate"]
+
+SAME_FAMILY = 0.8  # cosine of two answers' embeddings taken as one family of wordings
+UNRELATED = 0.5  # cosine under which two questions are about different things
+GENERIC_ENTRIES = 2  # other entries, of unrelated questions, holding the family: generic
+_PER_POOL = 512  # answers remembered per pool (the oldest go first)
+_POOLS = 1000
+
+# The openings of answers that refuse, apologize or do not know (matched on the folded start).
+REFUSALS = (
+    "i can't", "i cannot", "i can not", "i'm sorry", "i am sorry", "sorry", "i apologize",
+    "apologies", "my apologies", "i'm unable", "i am unable", "i'm not able", "i am not able",
+    "i won't", "i will not", "i must decline", "i'm afraid", "i am afraid", "unfortunately, i",
+    "unfortunately i", "as an ai", "as a language model", "as an assistant", "i don't know",
+    "i do not know", "i'm not sure", "i am not sure", "i don't have", "i do not have",
+    "i'm not allowed", "i am not allowed", "that's not something i", "it's not possible for me",
+    "i'd rather not", "i would rather not", "no comment", "cannot help", "can't help",
+    "抱歉", "对不起", "很抱歉", "非常抱歉", "不好意思", "我无法", "我不能", "我不知道", "我没办法",
+    "我没有办法", "作为一个ai", "作为ai", "作为人工智能", "作为一个人工智能", "作为语言模型",
+    "无法回答", "暂时无法", "我不确定", "这个问题我无法",
+)  # fmt: skip
+# What an error or a failed call reads like: a code or a label, or a short text that says so.
+_ERROR_LABEL = re.compile(
+    r"^\W*(error|exception|fatal|failed|failure|traceback|warning)\b\s*[:\[\(#\-]"
+    r"|^\W*traceback \(most recent call last\)|^\W*(http|status)\s*\d{3}\b|^\W*\d{3}\s+[a-z ]+$"
+    r"|^\W*(错误|出错|异常|失败)\s*[:：\[\(（]"
+)
+_ERROR_WORDS = re.compile(
+    r"\b(timed out|try again later|something went wrong|internal server error|bad gateway|"
+    r"service (is )?unavailable|rate limit (exceeded|reached)|request failed|"
+    r"an? (unexpected )?error (has )?occurred|upstream (error|timeout))\b"
+    r"|请稍后再试|请求失败|服务不可用|系统繁忙|出错了|发生错误|网络异常"
+)
+
+
+def boilerplate(answer: str) -> bool:
+    """True for an answer that refuses, apologizes, does not know, or reports an error."""
+    text = " ".join(answer.split()).casefold().replace("’", "'")
+    text = text.lstrip("\"'“‘「『*#>-• ")
+    if not text:
+        return True
+    if text.startswith(REFUSALS):
+        return True
+    if _ERROR_LABEL.search(text):
+        return True
+    return len(text) <= 120 and bool(_ERROR_WORDS.search(text))
+
+
+class Families:
+    """Per pool, the cached answers that positive labels were made on, by entry, grouped into
+    families of near-duplicate wordings.  ``generic`` says whether the family of an answer is
+    held by ``GENERIC_ENTRIES`` or more other entries whose questions are unrelated to this
+    entry's (embeddings under ``UNRELATED``): paraphrases answered alike are a cluster, the
+    evidence learning is for; unrelated questions answered alike are boilerplate.  Bounded;
+    thread-safe."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray] | None) -> None:
+        self._embed = embed
+        self._pools: OrderedDict[str, OrderedDict[str, _Held]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def family(self, pool: str, entry: str, question: str, answer: str) -> tuple[str, bool]:
+        """The family of ``answer`` (cached by ``entry``, for ``question``, in ``pool``), and
+        whether it is generic.  Without an embedder a family is one wording (folded), and
+        every two questions count as unrelated."""
+        own = _digest(answer)
+        vectors: list[np.ndarray | None] = [None, None]
+        if self._embed is not None:
+            embedded = self._embed([answer[:2000], question[:2000]])
+            vectors = [np.asarray(v, dtype=np.float32) for v in embedded]
+        held = _Held(vectors[0], vectors[1], own)
+        with self._lock:
+            seen = self._pools.setdefault(pool, OrderedDict())
+            self._pools.move_to_end(pool)
+            while len(self._pools) > _POOLS:
+                self._pools.popitem(last=False)
+            unrelated = 0
+            for other, was in seen.items():
+                if other == entry or not _same_family(held, was):
+                    continue
+                held = held._replace(family=was.family) if held.family == own else held
+                unrelated += _unrelated(held, was)
+            seen[entry] = held
+            seen.move_to_end(entry)
+            while len(seen) > _PER_POOL:
+                seen.popitem(last=False)
+            return held.family, unrelated >= GENERIC_ENTRIES
+
+    def reset(self) -> None:
+        with self._lock:
+            self._pools.clear()
+
+
+class _Held(NamedTuple):
+    answer: np.ndarray | None
+    question: np.ndarray | None
+    family: str
+
+
+def _same_family(a: _Held, b: _Held) -> bool:
+    if a.family == b.family:
+        return True
+    if a.answer is None or b.answer is None:
+        return False
+    return float(np.dot(a.answer, b.answer)) >= SAME_FAMILY
+
+
+def _unrelated(a: _Held, b: _Held) -> bool:
+    if a.question is None or b.question is None:
+        return True
+    return float(np.dot(a.question, b.question)) < UNRELATED
+
+
+def _digest(text: str) -> str:
+    folded = " ".join(text.split()).casefold()
+    return hashlib.blake2b(folded.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
