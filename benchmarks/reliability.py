@@ -32,6 +32,8 @@ from conftest import RedisServer
 from langchain_core.outputs import Generation
 from procs import storm
 
+import fault_round
+
 from langchain_tricache import TriCache
 from tricache import Cache, Exact, Redis, Semantic
 
@@ -753,7 +755,7 @@ def main() -> None:
     os.environ.setdefault("TRICACHE_WARM", "1")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for sub in ("a", "b", "h1", "h2"):
+        for sub in ("a", "b", "h1", "h2", "round"):
             (work / sub).mkdir()
         report = {
             "command": " ".join(["python", "benchmarks/reliability.py", *sys.argv[1:]]),
@@ -776,6 +778,7 @@ def main() -> None:
             ],
             "first_lookup": first_lookup(work),
             "fork": fork_after_use(work),
+            "last_round": fault_round.run(work / "round", quick=args.quick),
         }
     write(report, args.out, "reliability_quick" if args.quick else "reliability")
 
@@ -885,6 +888,17 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         f" {fork['crashed_children']} crashed; vector points {fork['points_before']} before,"
         f" {fork['points_after']} after (the children's included), {fork['points_stored']} in"
         f" the store, {fork['points_reopened']} when reopened.",
+    ]
+    lines += [
+        "",
+        "## Faults of the last round",
+        "",
+        "Issue #32's red team, each attack measured (`benchmarks/fault_round.py`): the slowest"
+        " lookup, exit or start during the fault against its budget (a lookup's is one store"
+        " timeout, 50 ms), the answers lost (stored, never indexed or never readable), the"
+        " wrong answers served.",
+        "",
+        *fault_round.table(report["last_round"]),
     ]
     text = "\n".join(lines) + "\n"
     print(text)
