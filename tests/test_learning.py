@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
 import redis
 
 from tricache import Cache, Learn, Semantic
+from tricache.semantic.decision import MIN_ANSWERS
 from tricache.semantic.learning import (
-    MIN_ANSWERS,
     Label,
     Learning,
     decode_alias,
@@ -100,7 +102,18 @@ def test_log_records_refuse_anything_else() -> None:
     assert Label.decode(label.encode()) == label
     for junk in (b"", b"\x00garbage", b"\x93\x01\x02\x03", encode_lookups("p", 1, {}) + b"x"):
         assert Label.decode(junk) is None and decode_alias(junk) is None
-    assert decode_lookups(encode_lookups("p", 3, {90: 2})) == ("p", 3, {90: 2})
+    assert decode_lookups(encode_lookups("p", 3, {90: 2})) == ("p", 3, {"alone": {90: 2}})
+    by_class = {"agree+soft": Counter({88: 1}), "alone": Counter({95: 4})}
+    assert decode_lookups(encode_lookups("p", 5, by_class)) == ("p", 5, by_class)
+    old = msgpack.packb([2, "p", 3, {90: 2}])  # the first format: hits of class "alone"
+    assert decode_lookups(old) == ("p", 3, {"alone": {90: 2}})
+    assert decode_lookups(msgpack.packb([3, "p", 3, {"nonsense": {90: 2}}])) is None
+    old_label = msgpack.packb([1, "pool", "point", 1.5, 0.9, True, 20.0, "digest"])
+    assert Label.decode(old_label) == Label("pool", "point", 1.5, 0.9, True, 20.0, "digest")
+    assert (
+        Label.decode(Label("p", "x", 1.0, 0.9, True, 1.0, "d", "agree+soft").encode()) is not None
+    )
+    assert Label.decode(msgpack.packb([2, "p", "x", 1.0, 0.9, True, 1.0, "d", "made-up"])) is None
 
 
 # the log, in real stores --------------------------------------------------------------------
@@ -268,7 +281,7 @@ def test_after_a_warm_up_of_traffic_no_look_alike_is_served(tmp_path: Path) -> N
                 cache.update(request, answer)
                 learning.drain()
         pool = cache.semantic.pool(cache.request("q"), "q")  # type: ignore[union-attr]
-        assert learning.threshold(pool, STATIC) < STATIC  # the traffic lowered it
+        assert learning.thresholds(pool, STATIC)  # the traffic moved a class's threshold
         pairs = [
             p
             for name in ("lookalikes_evidence", "form_variants", "form_redteam", "reworded_pairs")

@@ -43,7 +43,7 @@ import threading
 import time
 import weakref
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -56,9 +56,11 @@ from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import LabelLog
 from .answers import Families, boilerplate
+from .decision import CLASSES, learned_thresholds, prior
 from .guards.analysis import analyze
 from .guards.canonical import canonical
 from .guards.checks import check
+from .points import answer_digest
 
 __all__ = ["Alias", "Judge", "Label", "Learning", "Pending", "same_answer"]
 
@@ -67,13 +69,7 @@ log = logging.getLogger(__name__)
 # A user's judge: (cached question, cached answer, new question, new answer) -> the same answer?
 Judge = Callable[[str, str, str, str], bool]
 
-MIN_LABELS = 30  # effective labels at or above a learned threshold
-MIN_ANSWERS = 10  # different answers among its positive labels
-ANSWER_WEIGHT = 10.0  # the positive labels of one answer weigh this much in all, at most
-MAX_WRONG = 0.25  # the candidates a learned threshold adds are right 3 times in 4 at least
 CLOSE_ANSWERS = 0.97  # cosine of two answers' embeddings that may count as the same
-_Z = 1.645  # one-sided 95 %
-_GRID = [round(1.0 - i / 100, 2) for i in range(1, 51)]  # 0.99 … 0.50
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,26 +86,33 @@ class Label:
     same: bool
     weight: float
     answer: str
+    cls: str = "alone"  # the candidate's class (``decision.py``): which rules fired, its neighbours
+    words: str = ""  # the words the two questions differ in, when only word rules refused
 
     def encode(self) -> bytes:
         fields = [self.pool, self.point, self.version, self.score, self.same, self.weight]
-        return bytes(msgpack.packb([1, *fields, self.answer]))
+        return bytes(msgpack.packb([2, *fields, self.answer, self.cls, self.words]))
 
     @classmethod
     def decode(cls, data: bytes) -> Label | None:
-        """The label ``data`` holds, or ``None`` for anything else (a hostile or old value)."""
+        """The label ``data`` holds, or ``None`` for anything else (a hostile or old value).
+        A label of the first format (candidates no rule refused) is of class ``alone``."""
         try:
             fields = msgpack.unpackb(data, raw=False)
         except Exception:
             return None
-        if not (isinstance(fields, list) and len(fields) == 8 and fields[0] == 1):
+        if not isinstance(fields, list) or (fields[:1], len(fields)) not in (([1], 8), ([2], 10)):
             return None
-        _, pool, point, version, score, same, weight, answer = fields
-        if not (isinstance(pool, str) and isinstance(point, str) and isinstance(answer, str)):
+        _, pool, point, version, score, same, weight, answer, *rest = fields
+        kind, words = rest if rest else ("alone", "")
+        if not all(isinstance(x, str) for x in (pool, point, answer, kind, words)):
+            return None
+        if kind not in CLASSES or len(words) > 1000:
             return None
         numbers = (version, score, weight)
         if isinstance(same, bool) and all(_finite(x) for x in numbers) and 0 < weight <= 1000:
-            return cls(pool, point, float(version), float(score), same, float(weight), answer)
+            return cls(pool, point, float(version), float(score), same, float(weight), answer,
+                       kind, words)  # fmt: skip
         return None
 
 
@@ -117,27 +120,44 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def encode_lookups(pool: str, lookups: int, hits: Counter[int]) -> bytes:
+Hits = dict[str, Counter[int]]  # by class, by score (hundredths)
+
+
+def encode_lookups(pool: str, lookups: int, hits: Mapping[int, int] | Hits) -> bytes:
     """A log record: ``lookups`` lookups of ``pool`` reached a decision; ``hits`` counts the
-    ones served by a threshold, by score (hundredths).  The bound counts the share of lookups
-    answered wrongly, and the decisions of every score, served or not."""
-    return bytes(msgpack.packb([2, pool, lookups, dict(hits)]))
+    ones served by a threshold, by class and score (hundredths; a plain ``Counter``: class
+    ``alone``).  The bound counts the share of lookups answered wrongly, and the decisions of
+    every score, served or not."""
+    if all(isinstance(k, int) for k in hits):  # by score only: class "alone"
+        by_class = {"alone": dict(hits)}
+    else:
+        by_class = {str(cls): dict(counts) for cls, counts in hits.items()}  # type: ignore[arg-type, call-overload]
+    return bytes(msgpack.packb([3, pool, lookups, by_class]))
 
 
-def decode_lookups(data: bytes) -> tuple[str, int, Counter[int]] | None:
+def decode_lookups(data: bytes) -> tuple[str, int, Hits] | None:
+    """A record of ``encode_lookups`` (or of the first format: hits of class ``alone``)."""
     try:
         fields = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception:
         return None
-    if not (isinstance(fields, list) and len(fields) == 4 and fields[0] == 2):
+    if not (isinstance(fields, list) and len(fields) == 4 and fields[0] in (2, 3)):
         return None
     _, pool, lookups, hits = fields
-    if not (isinstance(pool, str) and isinstance(lookups, int) and isinstance(hits, dict)):
+    if not (isinstance(pool, str) and _count(lookups) and isinstance(hits, dict)):
         return None
-    counts = [lookups, *hits.keys(), *hits.values()]
-    if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 10**9 for c in counts):
-        return None
-    return pool, lookups, Counter({k: v for k, v in hits.items() if k <= 100})
+    out: Hits = {}
+    for cls, counts in ({"alone": hits} if fields[0] == 2 else hits).items():
+        if cls not in CLASSES or not isinstance(counts, dict):
+            return None
+        if not all(_count(c) for c in (*counts.keys(), *counts.values())):
+            return None
+        out[cls] = Counter({k: v for k, v in counts.items() if k <= 100})
+    return pool, lookups, out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9
 
 
 def encode_alias(pool: str, faq_id: int, question: str, answer: str) -> bytes:
@@ -185,6 +205,8 @@ class Pending(NamedTuple):
     at: float  # monotonic time of the miss
     answer: str | None = None  # a curated answer (the FAQ's), known already
     curated: tuple[tuple[int, str], ...] = ()  # FAQ entries (id, answer) near the question
+    cls: str = "alone"  # the candidate's class (``decision.py``)
+    words: str = ""  # the words it differs in, when only word rules refused it
 
 
 class Evidence:
@@ -201,17 +223,22 @@ class Evidence:
         self.max_pools = pools
         self._pools: OrderedDict[str, deque[Label]] = OrderedDict()
         self._lookups: Counter[str] = Counter()  # lookups that reached a decision, all time
-        self._hits: dict[str, Counter[int]] = {}  # of those, served by a threshold, by score
+        self._hits: dict[str, Hits] = {}  # of those, served by a threshold, by class and score
         self._labelled: Counter[str] = Counter()  # labels, all time
         self._entries: OrderedDict[str, list[Label]] = OrderedDict()  # the newest 16 of each
         self._aliases: dict[str, OrderedDict[str, Alias]] = {}
-        self._learned: dict[tuple[str, float, float, float], tuple[float, float | None]] = {}
+        # per pool, what labels said of a difference in words: its answers when harmless, and
+        # how often it was not
+        self._words: dict[str, OrderedDict[str, tuple[frozenset[str], int]]] = {}
+        self._learned: dict[tuple[str, float, float, float], tuple[float, dict[str, float]]] = {}
         self._lock = threading.Lock()
 
     def add(self, labels: Iterable[Label]) -> None:
         with self._lock:
             for label in labels:
                 self._pool(label.pool).append(label)
+                if label.words:
+                    self._word_label(label)
                 self._labelled[label.pool] += 1
                 key = _entry_key(label.pool, label.point)
                 entry = self._entries.get(key)
@@ -222,6 +249,27 @@ class Evidence:
                 self._entries.move_to_end(key)
                 entry.append(label)
                 del entry[:-16]
+
+    def _word_label(self, label: Label) -> None:
+        """(With the lock held.)"""
+        known = self._words.setdefault(label.pool, OrderedDict())
+        answers, wrong = known.get(label.words, (frozenset(), 0))
+        if label.same:
+            answers = answers | {label.answer} if len(answers) < 8 else answers
+        else:
+            wrong += 1
+        known[label.words] = (answers, wrong)
+        known.move_to_end(label.words)
+        while len(known) > _WORDS_PER_POOL:
+            known.popitem(last=False)
+
+    def equivalent(self, pool: str, words: str) -> bool:
+        """Whether the pool's labels show this difference in words harmless: right with
+        ``EQUIVALENT_ANSWERS`` different answers, and never wrong."""
+        with self._lock:
+            known = self._words.get(pool)
+            answers, wrong = known.get(words, (frozenset(), 0)) if known else (frozenset(), 0)
+        return not wrong and len(answers) >= EQUIVALENT_ANSWERS
 
     def _pool(self, pool: str) -> deque[Label]:
         """The labels of ``pool``, made the most recent (the least recent one is forgotten,
@@ -235,24 +283,30 @@ class Evidence:
                 self._hits.pop(gone, None)
                 self._labelled.pop(gone, None)
                 self._aliases.pop(gone, None)
+                self._words.pop(gone, None)
                 for key in [k for k in self._learned if k[0] == gone]:
                     del self._learned[key]
         self._pools.move_to_end(pool)
         return labels
 
-    def looked(self, pool: str, lookups: int, hits: Counter[int]) -> None:
+    def looked(self, pool: str, lookups: int, hits: Hits) -> None:
         with self._lock:
             self._pool(pool)  # (bounded: the least recent pool goes, counts and all)
             self._lookups[pool] += lookups
-            self._hits.setdefault(pool, Counter()).update(hits)
+            held = self._hits.setdefault(pool, {})
+            for cls, counts in hits.items():
+                held.setdefault(cls, Counter()).update(counts)
 
-    def lookups(self, pool: str) -> tuple[float, dict[int, float]]:
-        """The pool's lookups, and its hits by score, over the span its kept labels cover
-        (they are the newest)."""
+    def lookups(self, pool: str) -> tuple[float, dict[str, dict[int, float]]]:
+        """The pool's lookups, and its hits by class and score, over the span its kept
+        labels cover (they are the newest)."""
         with self._lock:
             kept, labelled = len(self._pools.get(pool, ())), self._labelled[pool]
             share = kept / labelled if labelled else 0.0
-            hits = {b: n * share for b, n in self._hits.get(pool, Counter()).items()}
+            hits = {
+                cls: {b: n * share for b, n in counts.items()}
+                for cls, counts in self._hits.get(pool, {}).items()
+            }
             return self._lookups[pool] * share, hits
 
     def add_alias(self, pool: str, alias: Alias) -> None:
@@ -271,6 +325,7 @@ class Evidence:
     def reset(self) -> None:
         with self._lock:
             self._aliases.clear()
+            self._words.clear()
             self._pools.clear()
             self._lookups.clear()
             self._hits.clear()
@@ -291,25 +346,32 @@ class Evidence:
         with self._lock:
             return list(self._entries.get(_entry_key(pool, point), ()))
 
-    def threshold(self, pool: str, error_bound: float, floor: float, static: float) -> float | None:
-        """The pool's learned threshold (``None``: not enough evidence), recomputed from its
-        labels at most once a second."""
+    def thresholds(
+        self, pool: str, error_bound: float, floor: float, static: float
+    ) -> dict[str, float]:
+        """The pool's learned threshold of each class the evidence moves (``decision.py``),
+        recomputed from its labels at most once a second."""
         now = time.monotonic()
         key = (pool, error_bound, floor, static)
         with self._lock:
             if pool not in self._pools:
-                return None  # no labels (most tenants): nothing to remember either
+                return {}  # no labels (most tenants): nothing to remember either
             cached = self._learned.get(key)
         if cached is not None and now - cached[0] < 1.0:
             return cached[1]
         lookups, hits = self.lookups(pool)
-        learned = learned_threshold(
+        learned = learned_thresholds(
             self.labels(pool), error_bound=error_bound, floor=floor, static=static,
             lookups=lookups, hits=hits,
         )  # fmt: skip
         with self._lock:
             self._learned[key] = (now, learned)
         return learned
+
+    def threshold(self, pool: str, error_bound: float, floor: float, static: float) -> float | None:
+        """The learned threshold of class ``alone`` (no rule fired, no neighbour), or
+        ``None``: what a decision of one candidate (the FAQ's) reads."""
+        return self.thresholds(pool, error_bound, floor, static).get("alone")
 
 
 def learned_threshold(
@@ -321,67 +383,13 @@ def learned_threshold(
     lookups: float,
     hits: dict[int, float],
 ) -> float | None:
-    """The lowest similarity ``t`` (a multiple of 0.01, from ``floor`` up to under ``static``)
-    such that serving every candidate scoring ``t`` or more, for ``t`` and every higher one,
-    keeps with 95 % confidence
-
-    - the share of the pool's ``lookups`` answered wrongly under ``error_bound``: what today's
-      threshold already spends (its hits, wrong as often as its explored labels and the
-      calibration's prior — right 95 % of the time, worth 20 labels — say) plus the added
-      candidates (scoring from ``t`` to ``static``: those labelled, and those served already,
-      ``hits`` by score), wrong as often as their labels bound;
-    - the share of the added candidates that are wrong under ``MAX_WRONG`` (a flood of other
-      lookups cannot make room for a poor threshold);
-
-    with enough labels at ``t``: ``MIN_LABELS``, positives of ``MIN_ANSWERS`` answers.
-    ``None`` when no such ``t`` is."""
-    decisions = max(lookups, 1.0)
-    cut = round(static * 100)
-    served = [x for x in labels if x.score >= static]
-    wrong_served = (1 + sum(not x.same for x in served)) / (20 + len(served))
-    spent = sum(n for b, n in hits.items() if b >= cut) / decisions * wrong_served
-    zone = sorted((x for x in labels if floor <= x.score < static), key=lambda x: -x.score)
-    recurring = Counter(x.answer for x in zone if x.same)
-    learned = None
-    n = weight = wrong = 0.0
-    answers: set[str] = set()
-    i = 0
-    for t in _GRID:
-        if t >= static:
-            continue
-        if t < floor:
-            break
-        while i < len(zone) and zone[i].score >= t - 1e-9:
-            x = zone[i]
-            n += 1
-            if x.same:  # one answer that recurs weighs ANSWER_WEIGHT labels at most
-                weight += min(1.0, ANSWER_WEIGHT / recurring[x.answer])
-                answers.add(x.answer)
-            else:
-                weight += 1
-                wrong += 1
-            i += 1
-        if not n:
-            continue
-        upper = _wilson_upper(wrong / weight, n)
-        added = n + sum(h for b, h in hits.items() if round(t * 100) <= b < cut)
-        if spent + added / decisions * upper > error_bound:
-            break
-        if n < MIN_LABELS:
-            continue  # too few labels to judge the added candidates yet: look lower
-        if upper > MAX_WRONG:
-            break
-        if len(answers) >= MIN_ANSWERS and zone[i - 1].score < t + 0.02:
-            learned = t  # (labels reach down to t: no threshold under the evidence)
-    return learned
-
-
-def _wilson_upper(p: float, n: float) -> float:
-    if n <= 0:
-        return 1.0
-    centre = p + _Z * _Z / (2 * n)
-    spread = _Z * math.sqrt(p * (1 - p) / n + _Z * _Z / (4 * n * n))
-    return min(1.0, (centre + spread) / (1 + _Z * _Z / n))
+    """The learned threshold of class ``alone`` (``decision.learned_thresholds``), its hits
+    ``hits`` by score: a decision with one kind of candidate."""
+    found = learned_thresholds(
+        labels, error_bound=error_bound, floor=floor, static=static, lookups=lookups,
+        hits={"alone": hits},
+    )  # fmt: skip
+    return found.get("alone")
 
 
 def entry_threshold(labels: Sequence[Label], version: float, base: float) -> float:
@@ -413,11 +421,6 @@ def same_answer(a: str, b: str, embed: Callable[[list[str]], np.ndarray] | None 
         return False
     va, vb = embed([a[:2000], b[:2000]])
     return float(np.dot(va, vb)) >= CLOSE_ANSWERS
-
-
-def answer_digest(text: str) -> str:
-    folded_text = normalize(folded(text)).casefold()
-    return hashlib.blake2b(folded_text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def pool_of(namespace: str, tenant: str, lang: str, kind: str = "s") -> str:
@@ -468,32 +471,53 @@ class Learning:
         self.families = Families(embed)  # which cached answers many entries share
         self.rng = rng or random.Random()
         self._pending: OrderedDict[str, list[Pending]] = OrderedDict()
-        self._learned: OrderedDict[str, float] = OrderedDict()  # learned thresholds, by pool
+        # learned thresholds, by pool and class
+        self._learned: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._pending_lock = threading.Lock()
         self._counts_lock = threading.Lock()
         self._queue: queue.Queue[tuple[Pending, str, str] | None] = queue.Queue(maxsize=10_000)
         self._cursor = ""
         self._looked: Counter[str] = Counter()  # lookups not yet logged, by pool
-        self._hits: dict[str, Counter[int]] = {}  # hits not yet logged, by pool and score
+        self._hits: dict[str, Hits] = {}  # hits not yet logged, by pool, class and score
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start()
         on_fork(self._after_fork)
 
     # deciding ------------------------------------------------------------------------------
-    def threshold(self, pool: str, static: float, error_bound: float | None = None) -> float:
-        """The pool's threshold: learned when the evidence allows, else ``static``."""
+    def thresholds(
+        self, pool: str, static: float, error_bound: float | None = None
+    ) -> dict[str, float]:
+        """The pool's learned thresholds, by class (``decision.py``; a class left out keeps
+        its prior)."""
         bound = self.error_bound if error_bound is None else error_bound
-        learned = self.evidence.threshold(pool, bound, self.floor, static)
+        learned = self.evidence.thresholds(pool, bound, self.floor, static)
         with self._counts_lock:  # (for stats(); as many as the evidence has pools)
-            if learned is None:
+            if not learned:
                 self._learned.pop(pool, None)
-                return static
+                return learned
             self._learned[pool] = learned
             self._learned.move_to_end(pool)
             while len(self._learned) > self.evidence.max_pools:
                 self._learned.popitem(last=False)
         return learned
+
+    def class_threshold(
+        self, pool: str, cls: str, static: float, error_bound: float | None = None
+    ) -> float | None:
+        """The threshold of a class of candidates in ``pool``: learned, or its prior (the
+        calibrated ``static`` one, or ``None``: refused)."""
+        learned = self.thresholds(pool, static, error_bound).get(cls)
+        return learned if learned is not None else prior(cls, static)
+
+    def threshold(self, pool: str, static: float, error_bound: float | None = None) -> float:
+        """The threshold of class ``alone`` (one candidate, no rule refusing it): learned when
+        the evidence allows, else ``static`` (the FAQ's decision)."""
+        return self.thresholds(pool, static, error_bound).get("alone", static)
+
+    def equivalent(self, pool: str, words: str) -> bool:
+        """A difference in words the pool's labels show harmless (``Evidence.equivalent``)."""
+        return bool(words) and self.evidence.equivalent(pool, words)
 
     def entry_threshold(self, pool: str, point: str, version: float, threshold: float) -> float:
         """``threshold``, raised by what the entry ``point`` was taught in ``pool``."""
@@ -504,10 +528,12 @@ class Learning:
         with self._counts_lock:
             self._looked[pool] += 1
 
-    def served(self, pool: str, score: float) -> None:
-        """One of them was served by a threshold (the calibrated or a learned one)."""
+    def served(self, pool: str, score: float, cls: str = "alone") -> None:
+        """One of them was served by a threshold (the calibrated or a learned one), a
+        candidate of class ``cls``."""
         with self._counts_lock:
-            self._hits.setdefault(pool, Counter())[int(score * 100)] += 1
+            by_class = self._hits.setdefault(pool, {})
+            by_class.setdefault(cls, Counter())[int(score * 100)] += 1
 
     def explores(self, rate: float | None = None) -> bool:
         """Whether to skip serving this hit and let the LLM answer (and label it)."""
@@ -580,7 +606,7 @@ class Learning:
                 self.metrics.incr("semantic", "labels_generic")
                 return None
         return Label(pending.pool, pending.point, version, pending.score, same, pending.weight,
-                     digest)  # fmt: skip
+                     digest, pending.cls, pending.words)  # fmt: skip
 
     def _log(self, records: list[bytes]) -> None:
         if self.store is not None:
@@ -638,7 +664,7 @@ class Learning:
         with self._counts_lock:
             looked, self._looked = self._looked, Counter()
             hits, self._hits = self._hits, {}
-        counts = [(pool, n, hits.get(pool, Counter())) for pool, n in looked.items()]
+        counts = [(pool, n, hits.get(pool, {})) for pool, n in looked.items()]
         if counts:
             self._log([encode_lookups(*c) for c in counts])
         if self.store is None:
@@ -707,6 +733,8 @@ class Learning:
 
 
 _PENDING_S = 900.0  # a miss answered later than this labels nothing
+_WORDS_PER_POOL = 20_000  # differences in words remembered per pool
+EQUIVALENT_ANSWERS = 2  # different answers a difference in words was harmless for
 _ALIASES_PER_POOL = 5000
 
 

@@ -21,13 +21,27 @@ import msgpack
 
 from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key
+from ..key.normalize import normalize
 from ..key.question import Located
 from ..key.request import CacheRequest, context_fingerprint, entry_prefix
 from .guards.canonical import canonical
-from .index.vectors import MAX_STORED_QUESTION
 
-__all__ = ["Draft", "comparable", "draft", "has_cjk", "point_id_for", "scope"]
+__all__ = [
+    "MAX_STORED_QUESTION",
+    "Draft",
+    "answer_digest",
+    "comparable",
+    "draft",
+    "has_cjk",
+    "point_id_for",
+    "scope",
+]
 
+# The longest question a point may hold: the tier locates questions of at most 2,000
+# characters and folds them (a contraction gains an apostrophe), so a longer one was written by
+# someone else.  Readers skip such a point before any guard reads it (a 2 MB question took the
+# guards 7-11 s per lookup).
+MAX_STORED_QUESTION = 4096
 _FORMAT = 2  # of a journaled draft (1: the whole request, analysed again when read)
 _MAX_DRAFT_BYTES = 32 * 1024  # a question of at most 4,096 characters, its digests and tags
 
@@ -86,6 +100,8 @@ def draft(
         "expires_at": time.time() + ttl,
         "verified": False,
         "ref": ref,
+        # which answer it points at (a digest): neighbours holding one answer agree
+        "answer": answer_digest(entry.text),
     }
 
 
@@ -128,6 +144,13 @@ def decode(data: bytes, namespace: str) -> Draft | None:
     if len(question) > MAX_STORED_QUESTION or not comparable(question):
         return None
     return payload
+
+
+def answer_digest(text: str) -> str:
+    """A short digest of an answer's canonical form: equal for answers that differ in form
+    only (case, spacing, width)."""
+    folded_text = normalize(folded(text)).casefold()
+    return hashlib.blake2b(folded_text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def comparable(question: str) -> bool:

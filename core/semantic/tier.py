@@ -36,13 +36,32 @@ from ..key.request import CacheRequest
 from ..ops.metrics import Metrics
 from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
+from .decision import agreement, classify
 from .embed import Embedder
 from .guards.cacheable import is_cacheable
 from .guards.canonical import canonical
-from .guards.checks import Guard, check, warm_up
-from .index.vectors import MAX_STORED_QUESTION, Candidate, VectorIndex
+from .guards.checks import (
+    HARD_RULES,
+    WORD_RULES,
+    Guard,
+    check,
+    differing_words,
+    verdicts,
+    warm_up,
+)
+from .index.vectors import Candidate, VectorIndex
 from .learning import Learning, Pending, pool_of
-from .points import Draft, comparable, digest, draft, has_cjk, point_id_for, scope, skip_reason
+from .points import (
+    MAX_STORED_QUESTION,
+    Draft,
+    comparable,
+    digest,
+    draft,
+    has_cjk,
+    point_id_for,
+    scope,
+    skip_reason,
+)
 
 __all__ = [
     "CALIBRATED_THRESHOLDS",
@@ -213,18 +232,29 @@ class SemanticTier:
         static = self.threshold_for(request.category)
         learning = self.learning if self.learns else None
         pool = self.pool(request, question)
-        threshold = self.threshold_for(request.category, pool) if learning else static
-        decision.threshold = round(threshold, 3)
+        decision.threshold = round(self.threshold_for(request.category, pool), 3)
         query = _embeddable(question)  # what the guards judge: as typed, bar capitals
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
-        keep = min(threshold, learning.floor) if learning else threshold
+        keep = min(static, learning.floor) if learning else static
         if learning is not None:
             learning.looked(pool)
         candidates = self._candidates(query, vector, where, keep)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
-        labelled = False  # the first candidate the guards accept is labelled by the answer
+        if learning is None:
+            return self._decide_static(candidates, query, resolve, decision)
+        return self._decide_learned(candidates, query, resolve, decision, learning, pool, key,
+                                    request.category, question)  # fmt: skip
+
+    def _decide_static(
+        self,
+        candidates: list[Candidate],
+        query: str,
+        resolve: Callable[[str], CacheEntry | None],
+        decision: Decision,
+    ) -> SemanticHit | None:
+        """Today's rules: the first candidate no guard refuses, at the calibrated threshold."""
         for candidate in candidates:
             cached = str(candidate.payload.get("question", ""))
             reason, ran = check(cached, query, self.guards)
@@ -233,15 +263,53 @@ class SemanticTier:
                 decision.rejected[candidate.id] = reason
                 self.metrics.incr(TIER, f"guard_{reason}")
                 continue
-            if learning is None:
-                entry = self._resolve(candidate, resolve, decision)
-                if entry is not None:
-                    return self._hit(candidate, entry, decision, "threshold")
+            entry = self._resolve(candidate, resolve, decision)
+            if entry is not None:
+                return self._hit(candidate, entry, decision, "threshold")
+        self.metrics.incr(TIER, "misses")
+        return None
+
+    def _decide_learned(
+        self,
+        candidates: list[Candidate],
+        query: str,
+        resolve: Callable[[str], CacheEntry | None],
+        decision: Decision,
+        learning: Learning,
+        pool: str,
+        key: str,
+        category: str | None,
+        question: str,
+    ) -> SemanticHit | None:
+        """The rules as priors (``decision.py``): each candidate's class — what the rules
+        say of it, what its neighbours' answers say — has a threshold its pool's labels
+        taught; the first candidate no hard rule refuses is labelled by the LLM's answer."""
+        offset = self.category_offsets.get(category, 0.0) if category else 0.0
+        answers = [_answer_of(c) for c in candidates]
+        labelled = False
+        for i, candidate in enumerate(candidates):
+            cached = str(candidate.payload.get("question", ""))
+            fired = verdicts(cached, query, self.guards)
+            decision.guards = tuple(g.__name__ for g in self.guards)
+            words = differing_words(cached, query) if fired and set(fired) <= WORD_RULES else ""
+            equivalent = learning.equivalent(pool, words)
+            cls = classify(fired, agreement(answers, i), equivalent=equivalent)
+            if cls is None:  # a hard rule: whatever the labels say
+                reason = next(f for f in fired if f in HARD_RULES)
+                decision.rejected[candidate.id] = reason
+                self.metrics.incr(TIER, f"guard_{reason}")
                 continue
+            threshold = learning.class_threshold(pool, cls, self.threshold)
+            if threshold is not None:
+                threshold = min(0.999, max(0.0, threshold + offset))
             pending = Pending(pool, candidate.id, str(candidate.payload.get("ref", "")),
-                              candidate.score, cached, question, 1.0, time.monotonic())  # fmt: skip
-            if candidate.score < threshold:
-                decision.rejected[candidate.id] = "threshold"
+                              candidate.score, cached, question, 1.0, time.monotonic(),
+                              cls=cls, words=words)  # fmt: skip
+            if threshold is None or candidate.score < threshold:
+                reason = fired[0] if cls.endswith("+soft") and threshold is None else "threshold"
+                decision.rejected[candidate.id] = reason
+                if reason != "threshold":
+                    self.metrics.incr(TIER, f"guard_{reason}")
             elif (entry := self._resolve(candidate, resolve, decision)) is None:
                 continue
             elif candidate.score < learning.entry_threshold(
@@ -254,9 +322,9 @@ class SemanticTier:
                 self.metrics.incr(TIER, "explorations")
                 return None
             else:
-                learning.served(pool, candidate.score)
-                by = "learned" if candidate.score < static else "threshold"
-                return self._hit(candidate, entry, decision, by)
+                learning.served(pool, candidate.score, cls)
+                learned = cls != "alone" or candidate.score < self.threshold + offset
+                return self._hit(candidate, entry, decision, "learned" if learned else "threshold")
             if not labelled and key:
                 learning.pend(key, pending)
                 labelled = True
@@ -429,6 +497,11 @@ class SemanticTier:
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})
+
+
+def _answer_of(candidate: Candidate) -> str | None:
+    answer = candidate.payload.get("answer")
+    return answer if isinstance(answer, str) and answer else None
 
 
 def embedded_text(question: str) -> str:

@@ -49,9 +49,13 @@ from .roles import negated_verb, person
 
 __all__ = [
     "DEFAULT_GUARDS",
+    "HARD_RULES",
+    "WORD_RULES",
     "Guard",
     "any_substitution",
     "check",
+    "differing_words",
+    "verdicts",
     "warm_up",
 ]
 
@@ -818,6 +822,40 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
 )
 
 
+# Rules whose refusal marks a provable difference (a literal or code token, its case or
+# apostrophe, a negation, an antonym, a number, a name): they refuse whatever the traffic
+# shows.  The others are priors the app's own answers may overrule (``semantic/decision.py``).
+HARD_RULES = frozenset({"literal", "case", "apostrophe", "negation", "antonym", "number", "entity"})
+
+
+def verdicts(cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS) -> tuple[str, ...]:
+    """Every guard that refuses the pair, by its rule id (the guard's name), in order: the
+    evidence the learned decision reads (``check`` stops at the first)."""
+    a, b = _analyses(cached, new)
+    return tuple(guard.__name__ for guard in guards if guard(a, b) is not None)
+
+
+# The rules that refuse for the content words that differ: a difference the app's answers show
+# harmless (``decision.py``, equivalences) keeps them from refusing it again in that pool.
+WORD_RULES = frozenset({"substitution", "added_content"})
+
+
+def differing_words(cached: str, new: str) -> str:
+    """The content words (stemmed) only one of the two questions has, as one key: each
+    side's sorted, the two sides sorted ("" on a side with none): the same difference in
+    other questions gives the same key."""
+    a, b = _analyses(cached, new)
+    sides = sorted(" ".join(sorted(words)) for words in (_unmatched(a, b), _unmatched(b, a)))
+    return "|".join(sides)
+
+
+def _analyses(cached: str, new: str) -> tuple[Analysis, Analysis]:
+    """What the guards compare of two questions (see ``check``)."""
+    typed_a, typed_b = folded(cached), folded(new)
+    compared_a, compared_b = unify(canonical(typed_a), canonical(typed_b))
+    return analyze(compared_a, typed_a), analyze(compared_b, typed_b)
+
+
 def check(
     cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS
 ) -> tuple[str | None, tuple[str, ...]]:
@@ -827,9 +865,7 @@ def check(
     ``canonical``: no greetings, fillers or thanks) with the compounds one writes in parts and
     the other as one word written alike (``forms.unify``).  Nothing else is rewritten: a word
     that looks like a typo of another is another word until the app's traffic says otherwise."""
-    typed_a, typed_b = folded(cached), folded(new)
-    compared_a, compared_b = unify(canonical(typed_a), canonical(typed_b))
-    a, b = analyze(compared_a, typed_a), analyze(compared_b, typed_b)
+    a, b = _analyses(cached, new)
     ran = []
     for guard in guards:
         ran.append(guard.__name__)

@@ -483,10 +483,10 @@ class MatrixIndex:
             if key in seen:
                 continue
             seen.add(key)
-            question, ref = msgpack.unpackb(packed, raw=False)
+            values = msgpack.unpackb(packed, raw=False)  # (rows written before "answer": 2)
             payload = {
                 name: value
-                for name, value in zip(SEARCH_FIELDS, (question, ref), strict=True)
+                for name, value in zip(SEARCH_FIELDS, values, strict=False)
                 if value is not None
             }
             out.append(Candidate(str(uuid.UUID(int=key)), score if scored else 1.0, payload))

@@ -42,8 +42,9 @@ import numpy as np
 from ...runtime.forks import on_fork
 from ...runtime.home import private_dir, private_file
 from ...stores.base import PointLog, batched
+from ..points import MAX_STORED_QUESTION
 from .matrix import MatrixIndex
-from .vectors import MAX_STORED_QUESTION, Candidate, DiskFull
+from .vectors import Candidate, DiskFull
 
 __all__ = ["CorruptPoint", "ReplicatedIndex", "decode_point", "encode_point"]
 

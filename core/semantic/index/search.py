@@ -43,7 +43,8 @@ from redis.retry import Retry
 
 from ...runtime.forks import hold_across_fork, on_fork
 from ...stores.redis import vector_prefix, vector_spaces
-from .vectors import MAX_STORED_QUESTION, Candidate
+from ..points import MAX_STORED_QUESTION
+from .vectors import Candidate
 
 __all__ = ["RedisSearchIndex", "has_query_engine", "query_engine_at"]
 
@@ -172,7 +173,7 @@ class RedisSearchIndex:
         ef = f" EF_RUNTIME {max(self._hnsw[2], k)}" if self._algorithm == "hnsw" else ""
         query = f"({self._filter(must)})=>[KNN {k} @v $vec{ef} AS d]"
         blob = self._blob(vector)
-        reply = self._query(query, "PARAMS", 2, "vec", blob, "RETURN", 3, "q", "r", "d", k)
+        reply = self._query(query, "PARAMS", 2, "vec", blob, "RETURN", 4, "q", "r", "a", "d", k)
         found = []
         for point_id, fields in reply:
             distance = _float(fields.get("d"))
@@ -184,7 +185,7 @@ class RedisSearchIndex:
 
     def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
         k = limit + min(len(self._hidden), _MAX_EXTRA)
-        reply = self._query(self._filter(must), "RETURN", 2, "q", "r", k)
+        reply = self._query(self._filter(must), "RETURN", 3, "q", "r", "a", k)
         found = (self._candidate(point_id, fields, 1.0) for point_id, fields in reply)
         return [c for c in found if c is not None][:limit]
 
@@ -371,7 +372,10 @@ class RedisSearchIndex:
         if text is None or len(text) > MAX_STORED_QUESTION:
             self.hostile_points += 1
             return None
-        return Candidate(point_id, score, {"question": text, "ref": _text(ref)})
+        payload = {"question": text, "ref": _text(ref)}
+        if answer := _text(fields.get("a") or b""):
+            payload["answer"] = answer
+        return Candidate(point_id, score, payload)
 
     def _filter(self, must: Mapping[str, str]) -> str:
         terms = []
@@ -396,12 +400,13 @@ class RedisSearchIndex:
             raise ValueError("a point needs its expires_at (seconds since the epoch)")
         if not math.isfinite(expires):
             raise ValueError("expires_at is not finite")
-        rest = {k: v for k, v in payload.items() if k not in ("question", "ref")}
+        rest = {k: v for k, v in payload.items() if k not in ("question", "ref", "answer")}
         fields: list[str | bytes | float] = [
             "v", self._blob(vector),
             "q", question.encode("utf-8", "surrogatepass"),
             "r", ref,
             "e", repr(float(expires)),
+            "a", str(payload.get("answer", "")),
             "m", msgpack.packb(rest, use_bin_type=True, unicode_errors="surrogatepass"),
             "n", self._namespace_tag,
         ]  # fmt: skip

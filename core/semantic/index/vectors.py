@@ -29,7 +29,6 @@ from ...runtime.forks import hold_across_fork, inherited
 from ...runtime.home import private_tree
 
 __all__ = [
-    "MAX_STORED_QUESTION",
     "Candidate",
     "DiskFull",
     "EdgeIndex",
@@ -40,13 +39,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# The longest question a point may hold: the tier locates questions of at most 2,000
-# characters and folds them (a contraction gains an apostrophe), so a longer one was written by
-# someone else.  Readers skip such a point before any guard reads it (a 2 MB question took the
-# guards 7-11 s per lookup).
-MAX_STORED_QUESTION = 4096
 # What a search returns of each candidate's payload: all the decision needs.
-SEARCH_FIELDS = ("question", "ref")
+SEARCH_FIELDS = ("question", "ref", "answer")  # (answer: a digest of the entry's answer)
 # Payload fields with a keyword index: the scope every query filters on, the namespace (bulk
 # deletes) and the question's form key (form variants are found by it, no vector needed)
 # HNSW beam width at search time.  A cache looks for near-duplicates (cosine >= ~0.9), which a
