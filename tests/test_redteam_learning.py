@@ -257,10 +257,10 @@ def test_an_answer_unrelated_questions_hold_alike_is_no_evidence() -> None:
 
     families = Families(get_embedder(None).embed)
     canned = "Please see the front desk for that."
-    unrelated = ["Can I bring my dog to the hotel?", "Is breakfast included in the rate?",
-                 "Where can I park my car overnight?"]  # fmt: skip
+    unrelated = ["Can I bring my dog to the hotel?", "What is the capital of Peru?",
+                 "How many moons does Jupiter have?", "How do I bake sourdough bread?"]  # fmt: skip
     verdicts = [families.family("p", f"u{i}", q, canned)[1] for i, q in enumerate(unrelated)]
-    assert verdicts == [False, False, True]  # the third unrelated question: generic
+    assert verdicts == [False, False, False, True]  # two others unrelated to it: generic
     assert families.family("other pool", "u9", unrelated[0], canned)[1] is False  # pools apart
     answer = "Checkout is at 11 am."
     paraphrases = ["What time is checkout?", "When do I have to check out?",

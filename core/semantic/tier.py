@@ -323,7 +323,7 @@ class SemanticTier:
                 return None
             else:
                 learning.served(pool, candidate.score, cls)
-                learned = cls != "alone" or candidate.score < self.threshold + offset
+                learned = cls.endswith("+soft") or candidate.score < self.threshold + offset
                 return self._hit(candidate, entry, decision, "learned" if learned else "threshold")
             if not labelled and key:
                 learning.pend(key, pending)

@@ -18,7 +18,7 @@ _TIME_OR_ASKER_EN = re.compile(
     r"\b(today|tonight|tomorrow|yesterday|now|right now|currently|current|latest|recent|"
     r"recently|this (?:week|month|year|morning|afternoon|evening)|next (?:week|month|year)|"
     r"last (?:week|month|year|night)|"
-    r"weather|stock price|exchange rate|score of|breaking news|what time)\b"
+    r"weather|stock price|exchange rate|score of|breaking news|what time(?! zone))\b"
 )
 # "Is my order late?" asks about the asker's own state; "How do I cancel my order?" asks how
 # to do something, which has one answer for everyone.
@@ -26,9 +26,16 @@ _ASKER_EN = re.compile(
     r"\bmy (?:order|account|balance|package|parcel|delivery|bill|invoice|subscription|payment|"
     r"refund|ticket|booking|reservation|flight|card)\b"
 )
+# What has one answer for everyone, "my …" or not: how to do something ("How do I activate my
+# card?"), what to do ("What should I do if I lost my card?"), a request to the service ("I
+# want to close my account", "Can you freeze my card?"), how long or where in general.  A
+# question about the state of the asker's things ("Why was my card declined?", "Has my card
+# arrived?") stays out.
 _PROCEDURE_EN = re.compile(
     r"^(?:how (?:do|can|could|should|would) i|how to|what(?: is|'s) the (?:way|best way) to|"
-    r"is it possible to|can i) "
+    r"is it possible to|can i|is there a way to|what (?:do|should|can) i|"
+    r"i (?:would like|want|need|wish) to|i'd like to|can you|could you|please|help me|"
+    r"how long (?:does|do|will) it take|where can i) "
 )
 _TIME_OR_ASKER_ZH = re.compile(
     r"今天|今日|今晚|明天|昨天|现在|目前|当前|最新|最近|刚刚|本周|这周|本月|这个月|今年|下周|"
