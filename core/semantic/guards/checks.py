@@ -50,11 +50,13 @@ from .roles import negated_verb, person
 __all__ = [
     "DEFAULT_GUARDS",
     "HARD_RULES",
+    "RULE_IDS",
     "WORD_RULES",
     "Guard",
     "any_substitution",
     "check",
     "differing_words",
+    "rule_id",
     "verdicts",
     "warm_up",
 ]
@@ -822,22 +824,53 @@ DEFAULT_GUARDS: tuple[Guard, ...] = (
 )
 
 
+# Every rule's id, ``family.rule``: what labels, the audit and the golden file
+# (tests/golden/rule_verdicts.tsv) call it.  A guard of the app's own is ``custom.<name>``.
+RULE_IDS: dict[Guard, str] = {
+    literal: "literal.token",
+    case: "literal.case",
+    apostrophe: "literal.apostrophe",
+    negation: "polarity.negation",
+    antonym: "polarity.antonym",
+    negated_verb: "polarity.negated_verb",
+    number: "quantity.number",
+    entity: "entity.name",
+    wh_word: "question.word",
+    question_form: "question.form",
+    order: "structure.order",
+    relation: "structure.relation",
+    modality: "mood.modality",
+    focus: "mood.focus",
+    person: "person.addressed",
+    added_content: "content.added",
+    substitution: "content.substituted",
+}
 # Rules whose refusal marks a provable difference (a literal or code token, its case or
 # apostrophe, a negation, an antonym, a number, a name): they refuse whatever the traffic
 # shows.  The others are priors the app's own answers may overrule (``semantic/decision.py``).
-HARD_RULES = frozenset({"literal", "case", "apostrophe", "negation", "antonym", "number", "entity"})
+HARD_RULES = frozenset(
+    {
+        "literal.token", "literal.case", "literal.apostrophe", "polarity.negation",
+        "polarity.antonym", "quantity.number", "entity.name",
+    }
+)  # fmt: skip
+
+
+def rule_id(guard: Guard) -> str:
+    """A guard's rule id (``RULE_IDS``)."""
+    return RULE_IDS.get(guard) or f"custom.{getattr(guard, '__name__', 'guard')}"
 
 
 def verdicts(cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS) -> tuple[str, ...]:
-    """Every guard that refuses the pair, by its rule id (the guard's name), in order: the
-    evidence the learned decision reads (``check`` stops at the first)."""
+    """The id of every rule that refuses the pair, in order: the evidence the learned
+    decision reads (``check`` stops at the first)."""
     a, b = _analyses(cached, new)
-    return tuple(guard.__name__ for guard in guards if guard(a, b) is not None)
+    return tuple(rule_id(guard) for guard in guards if guard(a, b) is not None)
 
 
 # The rules that refuse for the content words that differ: a difference the app's answers show
 # harmless (``decision.py``, equivalences) keeps them from refusing it again in that pool.
-WORD_RULES = frozenset({"substitution", "added_content"})
+WORD_RULES = frozenset({"content.substituted", "content.added"})
 
 
 def differing_words(cached: str, new: str) -> str:
