@@ -27,7 +27,7 @@ def rows() -> list[str]:
     out = ["file\tline\trules"]
     for path in sorted(PROBES.glob("*.tsv")):
         for n, pair in enumerate(read_pairs(path), start=2):
-            out.append(f"{path.name}\t{n}\t{' '.join(verdicts(pair.q1, pair.q2))}")
+            out.append(f"{path.name}\t{n}\t{' '.join(verdicts(pair.q1, pair.q2, all_rules=True))}")
     return out
 
 

@@ -286,8 +286,13 @@ class SemanticTier:
         taught; the first candidate no hard rule refuses is labelled by the LLM's answer."""
         offset = self.category_offsets.get(category, 0.0) if category else 0.0
         answers = [_answer_of(c) for c in candidates]
+        # no class serves under the lowest of its thresholds: once a candidate is labelled,
+        # the ones scoring under it are not judged at all
+        lowest = min([*learning.thresholds(pool, self.threshold).values(), self.threshold])
         labelled = False
         for i, candidate in enumerate(candidates):
+            if labelled and candidate.score < lowest + offset:
+                break
             cached = str(candidate.payload.get("question", ""))
             fired = verdicts(cached, query, self.guards)
             decision.guards = tuple(g.__name__ for g in self.guards)

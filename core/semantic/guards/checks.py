@@ -861,10 +861,19 @@ def rule_id(guard: Guard) -> str:
     return RULE_IDS.get(guard) or f"custom.{getattr(guard, '__name__', 'guard')}"
 
 
-def verdicts(cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS) -> tuple[str, ...]:
-    """The id of every rule that refuses the pair, in order: the evidence the learned
-    decision reads (``check`` stops at the first)."""
+def verdicts(
+    cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS, *, all_rules: bool = False
+) -> tuple[str, ...]:
+    """The ids of the rules that refuse the pair: the evidence the learned decision reads.
+    The hard rules run first and the first that refuses is the answer (nothing overrules it);
+    otherwise every soft rule's verdict, in order.  ``all_rules``: every rule's, hard ones
+    included (the golden file)."""
     a, b = _analyses(cached, new)
+    if not all_rules:
+        for guard in guards:
+            if rule_id(guard) in HARD_RULES and guard(a, b) is not None:
+                return (rule_id(guard),)
+        guards = [g for g in guards if rule_id(g) not in HARD_RULES]
     return tuple(rule_id(guard) for guard in guards if guard(a, b) is not None)
 
 
