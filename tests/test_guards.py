@@ -18,6 +18,10 @@ REFUSED = [
     ("What does \\W match in a regex?", "What does \\w match in a regex?", "literal"),
     ("What is 10³?", "What is 103?", "literal"),
     ("What does 👨\u200d👩\u200d👧 mean?", "What does 👨👩👧 mean?", "literal"),
+    # an arithmetic expression with its brackets moved (the FAQ served it at 0.80-0.92)
+    ("What is (2 + 3) * 4?", "What is 2 + (3 * 4)?", "literal"),
+    ("What is 10 - 4 - 2?", "What is 10 - (4 - 2)?", "literal"),
+    ("计算（2+3）×4等于多少", "计算2+（3×4）等于多少", "literal"),
     ("Please Polish the following sentence.", "Please polish the following sentence.", "case"),
     ("Is Turkey in Europe?", "Is turkey in Europe?", "case"),
     ("Does the app run on Windows?", "Does the app run on windows?", "case"),  # window, a word

@@ -335,7 +335,10 @@ def literals(text: str) -> tuple[str, ...]:
     or a question about characters any full-width form, sorted: never paraphrased, so two
     questions that differ in one differ, case included."""
     text = folded(text)
-    found = [m.group() for m in _MARKED.finditer(text)]
+    # an arithmetic expression, spaces aside: where its brackets stand is what it computes
+    found = ["".join(m.group().split()) for m in _MATH.finditer(text)]
+    text = _MATH.sub(" ", text)
+    found += [m.group() for m in _MARKED.finditer(text)]
     found += [f"U+{ord(c):04X}" for c in text if c in _ODD_SPACES]  # kept only where they count
     for token in _TOKENS.findall(text):
         if _CODE_LIKE.search(token) or any(
@@ -350,6 +353,10 @@ def literals(text: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+# numbers joined by operators, with brackets where any stand: "(2 + 3) * 4", "10 - (4 - 2)"
+_MATH = re.compile(
+    r"[(（]*\s*\d+(?:\.\d+)?\s*[)）]*(?:\s*[-+*/×÷^]\s*[(（]*\s*\d+(?:\.\d+)?\s*[)）]*)+"
+)
 _ODD_SPACES = frozenset("\u00a0\u1680\u202f\u205f\u3000\u200b\u2060\ufeff\u00ad") | {
     chr(c) for c in range(0x2000, 0x200B)
 }
