@@ -383,16 +383,31 @@ class Cache:
 
         return self.add_faq(read_entries(path))
 
-    def add_faq(self, entries: Iterable[FaqEntry]) -> int:
-        """Add curated entries to the FAQ.  The knowledge base changed, so cached answers
-        become stale (``bump_kb_version``).  Returns how many entries."""
+    def add_faq(self, entries: Iterable[FaqEntry | dict[str, Any] | tuple[str, str]]) -> int:
+        """Add curated entries to the FAQ: ``FaqEntry`` objects, dicts (question, answer[,
+        paraphrases, tags, lang]) or ``(question, answer)`` tuples.  Returns how many.  The FAQ
+        is versioned on its own: cached LLM answers stay (``bump_kb_version()`` retires them
+        when the knowledge behind them changed).  A bad entry is a ``ValueError`` or
+        ``TypeError`` naming it, and nothing is added."""
+        from .faq.store import as_entry
+
+        if isinstance(entries, dict | str) or hasattr(entries, "answer"):
+            raise TypeError("add_faq takes a list of entries (one entry: [entry])")
+        items = [as_entry(item, f"entries[{i}]") for i, item in enumerate(entries)]
         store = self.tiers.open_faq(create=True)
         if store is None:
             raise ValueError("this cache was created with faq=False")
-        count = store.add(entries)
-        if count:  # nothing added: nothing went stale
-            self.bump_kb_version()
-        return int(count)
+        return int(store.add(items))
+
+    def faq_entries(self) -> list[tuple[int, FaqEntry]]:
+        """The FAQ's entries with their ids (``tricache faq list``)."""
+        store = self.tiers.open_faq()
+        return store.entries() if store is not None else []
+
+    def delete_faq(self, faq_ids: Iterable[int]) -> int:
+        """Delete FAQ entries by id; returns how many were deleted."""
+        store = self.tiers.open_faq()
+        return store.delete(faq_ids) if store is not None else 0
 
     # feedback, versions and maintenance ----------------------------------------------------
     def feedback(self, entry_id: str, *, correct: bool) -> None:

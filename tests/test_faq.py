@@ -99,11 +99,13 @@ def test_import_csv_and_jsonl(tmp_path: Path) -> None:
     assert entries[0].tags == ("data",) and entries[1].lang == "zh"
     bad = tmp_path / "bad.csv"
     bad.write_text("q,a\nx,y\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="needs a question and an answer"):
+    with pytest.raises(ValueError, match="no header row"):
         read_entries(bad)
 
 
-def test_faq_answers_after_the_cache_tiers_and_import_bumps_the_kb(tmp_path: Path) -> None:
+def test_faq_answers_after_the_cache_tiers_and_an_import_keeps_cached_answers(
+    tmp_path: Path,
+) -> None:
     faq_file = tmp_path / "faq.csv"
     faq_file.write_text(
         "question,answer\nHow do I reset my password?,Use the Forgot password link.\n",
@@ -114,14 +116,17 @@ def test_faq_answers_after_the_cache_tiers_and_import_bumps_the_kb(tmp_path: Pat
         old = cache.request("What is the refund policy?")
         cache.update(old, "30 days (old handbook)")
         assert cache.import_faq(faq_file) == 1
-        assert cache.lookup(old) is None  # the knowledge base changed: cached answers are stale
+        kept = cache.lookup(old)  # the FAQ is versioned on its own (issue #33: an import of 3
+        assert kept is not None and kept.text == "30 days (old handbook)"  # made 0 calls 6)
+        cache.bump_kb_version()  # the explicit verb retires them
+        assert cache.lookup(old) is None
         hit = cache.lookup(cache.request("How do I reset my password?"))
         assert hit is not None and hit.tier == "faq" and hit.text == "Use the Forgot password link."
         follow_up = cache.request("How do I reset my password?", history=[("user", "hi")])
         assert cache.lookup(follow_up) is None  # curated answers fit first questions only
         stats = cache.stats()
         assert stats["faq"]["hits"] == 1
-        assert stats["exact"].get("hits_l1", 0) + stats["exact"].get("hits_l2", 0) == 0
+        assert stats["exact"].get("hits_l1", 0) + stats["exact"].get("hits_l2", 0) == 1
 
 
 def test_faq_cli_import_and_search(tmp_path: Path) -> None:
@@ -133,3 +138,80 @@ def test_faq_cli_import_and_search(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "imported 1" in result.output
     result = runner.invoke(app, ["faq", "search", "发票服务怎么开通", "--path", db])
     assert result.exit_code == 0 and "answers with entry 1" in " ".join(result.output.split())
+
+
+def test_add_faq_takes_entries_dicts_and_tuples_and_names_a_bad_one(tmp_path: Path) -> None:
+    from tricache import FaqEntry
+
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False) as cache:
+        added = cache.add_faq([
+            FaqEntry("How do I reset my password?", "Settings > Security."),
+            {"question": "What is the refund window?", "answer": "30 days.",
+             "paraphrases": ["How long do I have to return an item?"]},
+            ("Do you ship abroad?", "Yes, to 40 countries."),
+        ])  # fmt: skip
+        assert added == 3
+        listed = cache.faq_entries()
+        assert [e.question for _, e in listed][1] == "What is the refund window?"
+        assert listed[1][1].paraphrases == ("How long do I have to return an item?",)
+        with pytest.raises(TypeError, match=r"entries\[1\]"):
+            cache.add_faq([("A?", "B."), 42])
+        with pytest.raises(TypeError, match="unknown keys"):
+            cache.add_faq([{"q": "A?", "a": "B."}])
+        with pytest.raises(ValueError, match="empty answer"):
+            cache.add_faq([("A question?", "  ")])
+        with pytest.raises(TypeError, match="a list of entries"):
+            cache.add_faq(FaqEntry("A?", "B."))  # type: ignore[arg-type]
+        assert len(cache.faq_entries()) == 3  # nothing added by the bad calls
+        first_id = listed[0][0]
+        assert cache.delete_faq([first_id, 999_999]) == 1
+        assert cache.lookup(cache.request("How do I reset my password?")) is None
+        assert len(cache.faq_entries()) == 2
+
+
+def test_a_csv_without_a_header_row_says_so(tmp_path: Path) -> None:
+    bad = tmp_path / "faq.csv"
+    bad.write_text("How do I reset my password?,Settings > Security.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no header row"):
+        read_entries(bad)
+
+
+def test_export_writes_what_import_reads(tmp_path: Path) -> None:
+    from tricache.faq.store import write_entries
+
+    entries = [FaqEntry("Q1, with a comma?", 'A "quoted" answer.', ("P1", "P2"), ("t",)),
+               FaqEntry("问题二？", "答案二。")]  # fmt: skip
+    for name in ("faq.csv", "faq.jsonl"):
+        assert write_entries(entries, tmp_path / name) == 2
+        back = read_entries(tmp_path / name)
+        assert [(e.question, e.answer, e.paraphrases, e.tags) for e in back] == [
+            (e.question, e.answer, e.paraphrases, e.tags) for e in entries
+        ]
+
+
+def test_faq_cli_lists_deletes_and_exports_by_id(tmp_path: Path) -> None:
+    runner = CliRunner()
+    db = str(tmp_path / "c.sqlite3")
+    faq_file = tmp_path / "faq.csv"
+    faq_file.write_text(
+        "question,answer,paraphrases\n"
+        "How do I reset my password?,Settings > Security.,Forgot my password|Lost password\n"
+        "Do you ship abroad?,Yes.,\n",
+        encoding="utf-8",
+    )
+    assert runner.invoke(app, ["faq", "import", str(faq_file), "--path", db]).exit_code == 0
+    listed = runner.invoke(app, ["faq", "list", "--path", db, "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.output.splitlines()]
+    assert [r["question"] for r in rows] == ["How do I reset my password?", "Do you ship abroad?"]
+    assert rows[0]["paraphrases"] == ["Forgot my password", "Lost password"]
+    search = runner.invoke(app, ["faq", "search", "Do you ship abroad", "--path", db])
+    assert str(rows[1]["id"]) in search.output  # ids shown beside the candidates
+    exported = tmp_path / "out.jsonl"
+    assert runner.invoke(app, ["faq", "export", str(exported), "--path", db]).exit_code == 0
+    assert len(read_entries(exported)) == 2
+    gone = runner.invoke(app, ["faq", "delete", str(rows[0]["id"]), "--path", db])
+    assert gone.exit_code == 0 and "deleted 1 of 1" in gone.output
+    again = runner.invoke(app, ["faq", "list", "--path", db, "--json"])
+    assert [json.loads(line)["id"] for line in again.output.splitlines()] == [rows[1]["id"]]
+    assert runner.invoke(app, ["faq", "delete", "424242", "--path", db]).exit_code == 1

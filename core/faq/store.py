@@ -202,6 +202,51 @@ class FaqStore:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def entries(self) -> list[tuple[int, FaqEntry]]:
+        """Every entry of this namespace, with its id, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, question, answer, tags, lang FROM faq WHERE namespace = ? ORDER BY id",
+                (self.namespace,),
+            ).fetchall()
+            forms = self._db.execute(
+                "SELECT faq_id, text FROM faq_forms WHERE faq_id IN"
+                " (SELECT id FROM faq WHERE namespace = ?) ORDER BY id",
+                (self.namespace,),
+            ).fetchall()
+        paraphrases: dict[int, list[str]] = {}
+        for faq_id, text in forms:
+            paraphrases.setdefault(faq_id, []).append(text)
+        out = []
+        for faq_id, question, answer, tags, lang in rows:
+            others = tuple(t for t in paraphrases.get(faq_id, ()) if t != question)
+            out.append((faq_id, FaqEntry(question, answer, others, tuple(json.loads(tags or "[]")),
+                                         lang)))  # fmt: skip
+        return out
+
+    def delete(self, faq_ids: Iterable[int]) -> int:
+        """Delete entries by id (their forms and rejections with them); returns how many."""
+        ids = [int(i) for i in faq_ids]
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                marks = ",".join("?" * len(ids)) or "NULL"
+                where = f"namespace = ? AND id IN ({marks})"
+                gone = self._db.execute(f"DELETE FROM faq WHERE {where}", (self.namespace, *ids))
+                self._db.execute(f"DELETE FROM faq_forms WHERE faq_id IN ({marks})", ids)
+                self._db.execute(
+                    f"DELETE FROM faq_rejections WHERE namespace = ? AND faq_id IN ({marks})",
+                    (self.namespace, *ids),
+                )
+                if gone.rowcount:
+                    self._bump_version()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._matrix = None
+        return int(gone.rowcount)
+
     def import_file(self, path: str | Path) -> int:
         """Import CSV or JSONL with question, answer and optional paraphrases, tags, lang."""
         return self.add(read_entries(path))
@@ -404,6 +449,47 @@ def _embeddable(text: str) -> str:
     return canonical(folded(text)).encode("utf-8", "replace").decode("utf-8")
 
 
+def as_entry(item: object, where: str = "entry") -> FaqEntry:
+    """A ``FaqEntry`` from an entry, a dict (question, answer[, paraphrases, tags, lang]) or a
+    ``(question, answer)`` tuple; ``TypeError`` for anything else, naming ``where``."""
+    if isinstance(item, FaqEntry):
+        return item
+    if isinstance(item, dict):
+        unknown = set(item) - {"question", "answer", "paraphrases", "tags", "lang"}
+        if unknown:
+            raise TypeError(f"{where}: unknown keys {sorted(unknown)} (question, answer,"
+                            " paraphrases, tags, lang)")  # fmt: skip
+        return FaqEntry(item.get("question"), item.get("answer"),  # type: ignore[arg-type]
+                        _list(item.get("paraphrases")), _list(item.get("tags")),
+                        item.get("lang") or None)  # fmt: skip
+    if isinstance(item, tuple | list) and len(item) in (2, 3):
+        return FaqEntry(item[0], item[1], _list(item[2]) if len(item) == 3 else ())
+    raise TypeError(
+        f"{where}: a FaqEntry, a dict with question and answer, or a (question, answer) tuple,"
+        f" not {type(item).__name__}"
+    )
+
+
+def write_entries(entries: Iterable[FaqEntry], path: str | Path) -> int:
+    """Write entries as CSV (header row; paraphrases and tags joined with '|') or, for a
+    ``.jsonl`` file, one object a line: what ``read_entries`` reads back."""
+    path = Path(path)
+    entries = list(entries)
+    with path.open("w", encoding="utf-8", newline="") as f:
+        if path.suffix.lower() in (".jsonl", ".json"):
+            for e in entries:
+                f.write(json.dumps({"question": e.question, "answer": e.answer,
+                                    "paraphrases": list(e.paraphrases), "tags": list(e.tags),
+                                    "lang": e.lang}, ensure_ascii=False) + "\n")  # fmt: skip
+        else:
+            writer = csv.writer(f)
+            writer.writerow(["question", "answer", "paraphrases", "tags", "lang"])
+            for e in entries:
+                writer.writerow([e.question, e.answer, "|".join(e.paraphrases), "|".join(e.tags),
+                                 e.lang or ""])  # fmt: skip
+    return len(entries)
+
+
 def _check_entries(entries: Sequence[FaqEntry]) -> None:
     """Refuse entries with an empty question or answer: name them (``entries[i]``)."""
     faults = [
@@ -465,6 +551,14 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
             rows = [(reader.line_num, row) for row in reader]
         except csv.Error as exc:
             raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+        names = {(name or "").strip().lower() for name in reader.fieldnames or ()}
+        if reader.fieldnames and not {"question", "answer"} <= names:
+            first = ", ".join(reader.fieldnames)
+            what = "no header row" if not names & _COLUMNS else "no question and answer columns"
+            raise ValueError(
+                f"{path}: line 1: {what} (it reads {first!r}); the first line names the"
+                " columns: question,answer[,paraphrases,tags,lang]"
+            )
     entries, faults = [], []
     for n, row in rows:
         if not isinstance(row, dict):
@@ -485,6 +579,9 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
     if faults:
         raise ValueError(_faults(str(path), faults, "nothing was imported"))
     return entries
+
+
+_COLUMNS = frozenset({"question", "answer", "answers", "paraphrases", "tags", "lang"})
 
 
 def _list(value: Any) -> tuple[str, ...]:

@@ -474,7 +474,9 @@ def faq_import(
     path: Path_ = None,
     namespace: Namespace = "default",
 ) -> None:
-    """Import question/answer pairs (columns: question, answer[, paraphrases, tags, lang])."""
+    """Import question/answer pairs: CSV with a header row (question,answer[,paraphrases,tags,
+    lang]; paraphrases separated by '|') or JSONL (one object a line).  Cached LLM answers are
+    kept (`tricache bump-kb` retires them)."""
     from ..faq.store import read_entries
 
     entries = read_entries(file)
@@ -482,7 +484,60 @@ def faq_import(
         _fail("no entries to import; nothing changed", file)
     with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
         count = cache.add_faq(entries)
-        console.print(f"imported {count} entries; knowledge-base version bumped")
+        console.print(f"imported {count} entries (cached LLM answers kept: tricache bump-kb)")
+
+
+@faq_app.command("list")
+def faq_list(
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
+) -> None:
+    """List the FAQ's entries with their ids."""
+    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
+        entries = cache.faq_entries()
+    if as_json:
+        for faq_id, e in entries:
+            print(json.dumps({"id": faq_id, "question": e.question, "answer": e.answer,
+                              "paraphrases": list(e.paraphrases)}, ensure_ascii=False))  # fmt: skip
+        return
+    table = Table(title=f"FAQ: {len(entries)} entries")
+    for column in ("id", "question", "paraphrases", "answer"):
+        table.add_column(column)
+    for faq_id, e in entries:
+        table.add_row(str(faq_id), e.question, str(len(e.paraphrases)), e.answer[:80])
+    console.print(table)
+
+
+@faq_app.command("delete")
+def faq_delete(
+    ids: Annotated[list[int], typer.Argument(help="Entry ids (tricache faq list).")],
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Delete FAQ entries by id."""
+    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
+        count = cache.delete_faq(ids)
+    console.print(f"deleted {count} of {len(ids)} entries")
+    if count < len(ids):
+        raise typer.Exit(1)
+
+
+@faq_app.command("export")
+def faq_export(
+    file: Annotated[Path, typer.Argument(dir_okay=False, help="CSV, or .jsonl for JSONL.")],
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Write the FAQ's entries to FILE, in the format `faq import` reads."""
+    from ..faq.store import write_entries
+
+    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
+        count = write_entries((e for _, e in cache.faq_entries()), file)
+    console.print(f"exported {count} entries to {file}")
 
 
 @faq_app.command("search")
@@ -501,10 +556,11 @@ def faq_search(
             raise typer.Exit(1)
         answer = store.answer(query)
         table = Table(title=f"FAQ candidates for {query!r}")
-        for column in ("score", "question", "matched form", "answer"):
+        for column in ("id", "score", "question", "matched form", "answer"):
             table.add_column(column)
         for match in store.search(query, limit):
-            table.add_row(f"{match.score:.3f}", match.question, match.matched, match.answer[:80])
+            table.add_row(str(match.faq_id), f"{match.score:.3f}", match.question, match.matched,
+                          match.answer[:80])  # fmt: skip
         console.print(table)
         verdict = f"answers with entry {answer.faq_id}" if answer else "no confident answer"
         console.print(f"threshold {store.threshold:.2f}: {verdict}")
