@@ -14,6 +14,7 @@ from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache import Cache, CacheRequest, Hit
 from tricache.key.tenancy import current_tenant, tenant
+from tricache.verbs import CacheVerbs
 
 from .convert import (
     generations_from_payload,
@@ -30,7 +31,7 @@ __all__ = ["TriCache", "current_tenant", "tenant"]
 log = logging.getLogger(__name__)
 
 
-class TriCache(BaseCache):
+class TriCache(CacheVerbs, BaseCache):
     """LangChain cache with exact, semantic and FAQ tiers.
 
     The FAQ tier serves curated answers (``Cache.add_faq``) to a question no cached entry
@@ -41,7 +42,8 @@ class TriCache(BaseCache):
     So a hit is not ``==`` the generations stored; ``tag_hits=False`` returns exactly what was
     stored (LangChain's cache contract, as its standard test suites check it).  Through a
     chain that ends in a parser, :func:`langchain_tricache.tricache_tiers` reports the tiers.
-    ``stats()`` gives the cache's counters.
+    ``stats()`` gives the cache's counters; the admin verbs of :class:`tricache.Cache`
+    (``invalidate``, ``bump_kb_version``, ``feedback``, ``add_faq`` …) are here too.
 
     ``TriCache()`` runs embedded with no server; ``TriCache(redis_url=...)`` shares the tiers
     between processes.  Every keyword goes to :class:`tricache.Cache`, or pass
@@ -106,14 +108,6 @@ class TriCache(BaseCache):
 
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.tricache.clear)
-
-    def stats(self) -> dict[str, Any]:
-        """The counters of ``tricache`` (the core cache), as :meth:`tricache.Cache.stats` gives
-        them: per tier (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``,
-        ``misses``, ``writes`` …) and latency percentiles, and under ``"store"`` the stores in
-        use and the warm-up's duration.  Counted in this process, for every model using this
-        cache."""
-        return self.tricache.stats()
 
     def close(self) -> None:
         """Close ``tricache``, the core cache (its stores and threads)."""

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 from tricache import Cache, CacheRequest, Hit
 from tricache.key.request import context_token
+from tricache.verbs import CacheVerbs
 
 from .cache import current_tenant
 from .fingerprint import opaque_part, runnable_fingerprint
@@ -152,7 +153,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
 
 def with_tricache(
     runnable: Runnable[Any, Any],
-    cache: Cache,
+    cache: Cache | CacheVerbs,
     *,
     key: Callable[[Any], str] | None = None,
     name: str | None = None,
@@ -174,9 +175,12 @@ def with_tricache(
     computed from a knowledge base that changed."""
     if isinstance(tags, str | bytes):
         raise TypeError("tags must be a list of tags, not one string: tags=[tag]")
+    core = getattr(cache, "tricache", cache)  # a TriCache (or any adapter) holds its Cache
+    if not isinstance(core, Cache):
+        raise TypeError(f"with_tricache takes a Cache or a TriCache, not {type(cache).__name__}")
     return CachedRunnable(
         runnable=runnable,
-        tricache=cache,
+        tricache=core,
         key=key,
         name_for_key=name or "",
         tags_for_entries=tuple(tags),

@@ -52,6 +52,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
 from tricache.key.conversation import stream_pieces
+from tricache.verbs import CacheVerbs
 
 from .cache import current_tenant, served
 from .convert import (
@@ -71,7 +72,7 @@ _M = TypeVar("_M", AIMessage, AIMessageChunk)
 INNER_TAG = "tricache:inner"  # the wrapped model's runs: its answer is reported by this model
 
 
-class CachedChatModel(BaseChatModel):
+class CachedChatModel(CacheVerbs, BaseChatModel):
     """Wrap ``inner`` (a chat model, or one with tools bound) with the :class:`tricache.Cache`
     ``tricache`` (``cache`` is LangChain's own cache field: off here)."""
 
@@ -91,13 +92,6 @@ class CachedChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "tricache"
-
-    def stats(self) -> dict[str, Any]:
-        """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
-        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
-        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
-        warm-up's duration.  Counted in this process, for everything using this cache."""
-        return self.tricache.stats()
 
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any

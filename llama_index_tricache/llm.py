@@ -40,6 +40,7 @@ from pydantic import Field, PrivateAttr, SerializeAsAny
 from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
 from tricache.key.conversation import Conversation, stream_pieces
 from tricache.key.tenancy import current_tenant
+from tricache.verbs import CacheVerbs
 
 from .convert import (
     chat_from_payload,
@@ -78,7 +79,7 @@ class _Call:
     began: Stamp | None = None  # the versions its miss began under (a stream may end elsewhere)
 
 
-class TriCacheLLM(FunctionCallingLLM):
+class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
     """A LlamaIndex LLM that answers from the cache when it can and asks ``llm`` otherwise.
 
     ``cache`` is a :class:`tricache.Cache` (default: ``Cache(**options)``, embedded), read back
@@ -86,8 +87,9 @@ class TriCacheLLM(FunctionCallingLLM):
     response, streamed ones included: ``{"tier": "exact" | "semantic" | "faq", "level",
     "score", "entry_id"}`` (and ``"matched"``, the cached question a semantic or FAQ hit
     matched) from the cache, ``{"tier": "llm"}`` when the inner model answered.  ``stats()``
-    gives the cache's counters.  Tool calls and cut-off answers are served to the very same
-    call only.
+    gives the cache's counters, and the admin verbs of :class:`tricache.Cache` (``invalidate``,
+    ``feedback``, ``add_faq`` …) are here too.  Tool calls and cut-off answers are served to
+    the very same call only.
     """
 
     llm: SerializeAsAny[LLM] = Field(description="The LLM asked on a miss.")
@@ -127,13 +129,6 @@ class TriCacheLLM(FunctionCallingLLM):
             "TriCacheLLM.cache is now TriCacheLLM.tricache", DeprecationWarning, stacklevel=2
         )
         return self._tricache
-
-    def stats(self) -> dict[str, Any]:
-        """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
-        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
-        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
-        warm-up's duration.  Counted in this process, for everything using this cache."""
-        return self.tricache.stats()
 
     @property
     def metadata(self) -> LLMMetadata:

@@ -32,6 +32,7 @@ from tricache import Cache, CacheRequest, Hit, Stamp
 from tricache.key.conversation import plain, stream_pieces
 from tricache.key.request import context_token
 from tricache.key.tenancy import current_tenant
+from tricache.verbs import CacheVerbs
 
 from .fingerprint import engine_fingerprint
 
@@ -50,7 +51,7 @@ _MUTATORS = (
 )
 
 
-class CachedQueryEngine(BaseQueryEngine):
+class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
     """Wrap ``engine`` so repeated (and, through the semantic tier, reworded) queries are
     answered from ``cache`` (read back as ``.tricache``) without retrieval or generation.
 
@@ -95,13 +96,6 @@ class CachedQueryEngine(BaseQueryEngine):
 
     def _get_prompt_modules(self) -> dict[str, Any]:
         return {"engine": self.engine}
-
-    def stats(self) -> dict[str, Any]:
-        """The cache's counters, as :meth:`tricache.Cache.stats` gives them: per tier
-        (``"exact"``, ``"semantic"``, ``"faq"`` …) its counters (``hits_l1``, ``misses``,
-        ``writes`` …) and latency percentiles, and under ``"store"`` the stores in use and the
-        warm-up's duration.  Counted in this process, for everything using this cache."""
-        return self.tricache.stats()
 
     # query ---------------------------------------------------------------------------------
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
