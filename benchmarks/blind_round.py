@@ -2,7 +2,7 @@
 by a helper who saw neither the rules nor the probes (issue #35), run once and kept.
 
 ``benchmarks/probes/heldout12_issue35.tsv`` (q1 stored, q2 asked) and
-``heldout12_clusters_issue35.tsv`` (q1a and q1b stored with one answer — two paraphrases, so
+``clusters/heldout12_issue35.tsv`` (q1a and q1b stored with one answer — two paraphrases, so
 their neighbours agree — then q2 asked).  Each pair or cluster has a scope of its own (an LLM
 key) in one pool: cold, then after a natural stream (banking77, clinc150) warmed that pool and
 taught it thresholds.  A label-0 row served is a look-alike served.
@@ -32,7 +32,7 @@ from decision import read_stream, run_stream
 PROBES = Path(__file__).resolve().parent / "probes"
 OUT = Path(__file__).resolve().parent / "results"
 PAIRS = PROBES / "heldout12_issue35.tsv"
-CLUSTERS = PROBES / "heldout12_clusters_issue35.tsv"
+CLUSTERS = PROBES / "clusters" / "heldout12_issue35.tsv"
 
 
 def read(path: Path) -> list[dict[str, str]]:

@@ -16,7 +16,7 @@ semantic tier and the FAQ), ``key/`` (what makes a key), ``exact/``, ``semantic/
 
 from typing import TYPE_CHECKING, Any
 
-from .cache import Cache
+from .cache import Cache, Entry
 from .exact.coalesce import Coalescer
 from .exact.link import StoreUnavailable
 from .exact.policy import TtlPolicy
@@ -38,6 +38,7 @@ __all__ = [
     "CacheEntry",
     "CacheRequest",
     "Coalescer",
+    "Entry",
     "Exact",
     "Faq",
     "FaqEntry",

@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from .faq.store import FaqEntry, FaqStore
     from .semantic.tier import SemanticHit, SemanticTier
 
-__all__ = ["Cache", "Hit"]
+__all__ = ["Cache", "Entry", "Hit"]
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +410,56 @@ class Cache:
         store = self.tiers.open_faq()
         return store.delete(faq_ids) if store is not None else 0
 
+    # the entries -----------------------------------------------------------------------------
+    def entries(
+        self,
+        *,
+        tag: str | None = None,
+        prefix: str | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> list[Entry]:
+        """What the cache holds for this namespace: each current entry's id (its key), the
+        question it answers as asked, its answer, tags, category and when it was computed.
+        ``tag``, ``prefix`` (of the question, case-insensitive) and ``category`` filter; at
+        most ``limit``.  An admin verb: it reads the whole store (``StoreUnavailable`` when it
+        cannot)."""
+        if limit is not None and limit < 0:
+            raise ValueError("limit must be >= 0")
+        wanted = prefix.casefold() if prefix else None
+        found: list[Entry] = []
+        for key, entry in self.exact.entries():
+            if tag is not None and tag not in entry.tag_versions:
+                continue
+            if category is not None and entry.category != category:
+                continue
+            if wanted is not None and not entry.asked.casefold().startswith(wanted):
+                continue
+            found.append(Entry.of(key, entry))
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    def entry(self, entry_id: str) -> Entry | None:
+        """One entry by its id (``Entry.id``, a hit's ``entry_id``), or ``None``."""
+        kind, key = self._feedback_target(entry_id)
+        if kind == "faq":
+            raise ValueError("a FAQ entry: Cache.faq_entries() lists them")
+        found = self.exact.fetch(key)
+        return Entry.of(key, found) if found is not None else None
+
+    def delete(self, entry_id: str) -> None:
+        """Delete one entry (its id, or a hit's ``entry_id``): its answer from the store
+        and this process's L1 (another process's L1 lets it go within ``TtlPolicy.l1``, 60 s;
+        ``invalidate(tag)`` is at once everywhere), and the question indexed for it from
+        every kind of index."""
+        kind, key = self._feedback_target(entry_id)
+        if kind == "faq":
+            raise ValueError("a FAQ entry: Cache.delete_faq([id]) deletes it")
+        self.exact.delete(key)
+        if (tier := self.semantic) is not None:
+            tier.forget(key, self.namespace)
+
     # feedback, versions and maintenance ----------------------------------------------------
     def feedback(self, entry_id: str, *, correct: bool) -> None:
         """Report whether a served answer was right (``entry_id``: the ``Hit.entry_id``).
@@ -566,6 +617,27 @@ class Cache:
 
 
 _FAQ_ID = re.compile(r"faq:([0-9]{1,18}):([0-9a-f]{32})")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One cached answer, as ``Cache.entries`` lists it."""
+
+    id: str  # its key: what ``delete`` and ``feedback`` take
+    question: str  # as asked (at most 300 characters; "" for entries written before 0.2)
+    answer: str
+    category: str | None
+    tags: tuple[str, ...]
+    computed_at: float  # seconds since the epoch, on the store's clock
+    shared: bool  # may answer other questions (semantic=True when stored)
+    tokens: int
+    model: str
+
+    @classmethod
+    def of(cls, key: str, entry: CacheEntry) -> Entry:
+        return cls(key, entry.asked, entry.text, entry.category, tuple(sorted(entry.tag_versions)),
+                   entry.watermark, entry.shared and not entry.negative, entry.tokens,
+                   entry.model)  # fmt: skip
 
 
 def _fresh(payload: Any) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .cache import Cache
+    from .cache import Cache, Entry
     from .faq.store import FaqEntry
 
 __all__ = ["CacheVerbs"]
@@ -60,6 +60,21 @@ class CacheVerbs:
     def delete_faq(self, faq_ids: Iterable[int]) -> int:
         """Delete FAQ entries by id."""
         return self.tricache.delete_faq(faq_ids)
+
+    def entries(
+        self,
+        *,
+        tag: str | None = None,
+        prefix: str | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> list[Entry]:
+        """What the cache holds (``Cache.entries``)."""
+        return self.tricache.entries(tag=tag, prefix=prefix, category=category, limit=limit)
+
+    def delete(self, entry_id: str) -> None:
+        """Delete one entry from every tier (``Cache.delete``)."""
+        self.tricache.delete(entry_id)
 
     def stats(self) -> dict[str, Any]:
         """Counters and latency percentiles per tier."""

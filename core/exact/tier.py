@@ -19,11 +19,12 @@ and ``put_steps``, which ``Cache`` drives with blocking or awaited store calls.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..key.asked import Asked
-from ..key.entry import CacheEntry, CorruptEntry, decode_entry, encode_entry
+from ..key.entry import MAX_ASKED, CacheEntry, CorruptEntry, decode_entry, encode_entry
 from ..key.request import CacheRequest, entry_prefix, exact_key
 from ..ops.breaker import CircuitBreaker
 from ..ops.metrics import Metrics
@@ -391,6 +392,7 @@ class ExactTier:
         entry = CacheEntry(
             text, payload, category, stamp.epoch, stamp.kb, dict(stamp.tags), negative,
             tokens=tokens, model=model, started=stamp.started, shared=shared,
+            asked=asked.question[:MAX_ASKED],
         )  # fmt: skip
         try:
             data = encode_entry(entry)
@@ -436,6 +438,25 @@ class ExactTier:
     def set_min_watermark(self, watermark: float | None = None) -> float:
         """Entries whose requests began before ``watermark`` (store clock) become stale."""
         return self.sync.set_min_watermark(watermark)
+
+    def entries(self) -> Iterator[tuple[str, CacheEntry]]:
+        """Every current entry of the namespace in L2 (or L1 without a store), key and entry:
+        what ``Cache.entries`` lists.  Stale and corrupt ones are skipped (``evict`` deletes
+        them)."""
+        if self.store is None:
+            for key, entry in self.l1.items():
+                if self._judge(entry) is None:
+                    yield key, entry
+            return
+        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):
+            raise StoreUnavailable(f"{self.store_name} did not answer")
+        for key, record in self.store.scan(self.namespace):
+            try:
+                entry = decode_entry(record.value, record.watermark)
+            except CorruptEntry:
+                continue
+            if not self._evictable(entry, record.watermark):
+                yield key, entry
 
     def evict(self) -> dict[str, int]:
         """Delete every stale or corrupt entry of the namespace from L2 (active eviction)."""

@@ -17,6 +17,7 @@ import msgpack
 __all__ = ["SCHEMA_VERSION", "CacheEntry", "CorruptEntry", "decode_entry", "encode_entry"]
 
 SCHEMA_VERSION = 3
+MAX_ASKED = 300  # characters of the question an entry keeps (what ``entries()`` shows)
 
 
 class CorruptEntry(ValueError):
@@ -42,6 +43,7 @@ class CacheEntry:
     # may answer other questions (a semantic or FAQ match): False for an answer stored with
     # ``semantic=False`` (tool calls, partial answers), which only its own request may get
     shared: bool = True
+    asked: str = ""  # the question it answers, as asked (at most 300 characters): for listing
 
 
 def encode_entry(entry: CacheEntry) -> bytes:
@@ -61,6 +63,7 @@ def encode_entry(entry: CacheEntry) -> bytes:
             entry.model,
             entry.started,
             entry.shared,
+            entry.asked,
         ],
         use_bin_type=True,
         unicode_errors="surrogatepass",
@@ -75,12 +78,12 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptEntry(f"undecodable value: {exc}") from None
-    if not isinstance(fields, list) or len(fields) not in (12, 13) or fields[0] != SCHEMA_VERSION:
+    if not isinstance(fields, list) or len(fields) not in (12, 14) or fields[0] != SCHEMA_VERSION:
         raise CorruptEntry("unknown schema")
     if len(fields) == 12:  # written before ``shared``: every such entry was indexed as shared
-        fields.append(True)
+        fields += [True, ""]
     (_, text, payload, category, epoch, kb_version, tag_versions, negative, hits, tokens, model,
-     started, shared) = fields  # fmt: skip
+     started, shared, asked) = fields  # fmt: skip
     if not (
         isinstance(text, str)
         and (category is None or isinstance(category, str))
@@ -95,11 +98,12 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         and isinstance(started, float | int)
         and not isinstance(started, bool)
         and isinstance(shared, bool)
+        and isinstance(asked, str)
     ):
         raise CorruptEntry("fields of the wrong type")
     if started > 0:
         watermark = min(watermark, float(started))
     return CacheEntry(
         text, payload, category, epoch, kb_version, tag_versions, negative, hits, watermark,
-        tokens, model, float(started), shared,
+        tokens, model, float(started), shared, asked[:MAX_ASKED],
     )  # fmt: skip

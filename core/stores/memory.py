@@ -89,6 +89,12 @@ class TTLLRU(Generic[V]):
                 self._drop(key)
             return len(doomed)
 
+    def items(self) -> list[tuple[str, V]]:
+        """The items not expired, least recently used first (a copy)."""
+        now = self._clock()
+        with self._lock:
+            return [(k, slot.value) for k, slot in self._data.items() if slot.expires_at > now]
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

@@ -11,6 +11,7 @@ import statistics
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -699,6 +700,86 @@ def clear(redis_url: RedisUrl = None, path: Path_ = None, namespace: Namespace =
     with _maintenance(redis_url, path, namespace) as cache:
         cache.clear()
     console.print(f"namespace {namespace!r} cleared")
+
+
+entries_app = typer.Typer(help="What the cache holds: list, show, delete.", no_args_is_help=True)
+app.add_typer(entries_app, name="entries")
+
+
+@entries_app.command("list")
+def entries_list(
+    tag: Annotated[str | None, typer.Option(help="Only entries written under this tag.")] = None,
+    prefix: Annotated[str | None, typer.Option(help="Only questions starting so.")] = None,
+    category: Annotated[str | None, typer.Option(help="Only this category.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """List the entries of the namespace: id, question, answer, tags."""
+    with _maintenance(redis_url, path, namespace) as cache:
+        found = cache.entries(tag=tag, prefix=prefix, category=category, limit=limit)
+    if as_json:
+        for e in found:
+            print(json.dumps(_entry_json(e), ensure_ascii=False))
+        return
+    table = Table(title=f"{len(found)} entries" + (f" (at most {limit})" if limit else ""))
+    for column in ("id", "question", "answer", "tags", "computed"):
+        table.add_column(column)
+    for e in found:
+        table.add_row(e.id.rsplit(":", 1)[-1][:12], e.question[:60], e.answer[:60],
+                      ", ".join(e.tags), _when(e.computed_at))  # fmt: skip
+    console.print(table)
+
+
+@entries_app.command("show")
+def entries_show(
+    entry_id: Annotated[str, typer.Argument(help="An id (entries list --json) or its start.")],
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Show one entry in full."""
+    with _maintenance(redis_url, path, namespace) as cache:
+        entry = cache.entry(_full_id(cache, entry_id))
+    if entry is None:
+        _fail("no such entry (expired, deleted or stale)", entry_id)
+    print(json.dumps(_entry_json(entry), ensure_ascii=False, indent=1))
+
+
+@entries_app.command("delete")
+def entries_delete(
+    entry_ids: Annotated[list[str], typer.Argument(help="Ids (entries list --json).")],
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """Delete entries, in every process (a question indexed for one is not served again)."""
+    with _maintenance(redis_url, path, namespace) as cache:
+        for entry_id in entry_ids:
+            cache.delete(_full_id(cache, entry_id))
+    console.print(f"deleted {len(entry_ids)} entries")
+
+
+def _full_id(cache: Cache, given: str) -> str:
+    """An entry id from the start of its digest (as ``entries list`` shows it) or whole."""
+    if ":" in given:
+        return given
+    matches = [e.id for e in cache.entries() if e.id.rsplit(":", 1)[-1].startswith(given)]
+    if len(matches) != 1:
+        _fail("no entry has this id" if not matches else "several entries start so", given)
+    return matches[0]
+
+
+def _entry_json(e: Any) -> dict[str, Any]:
+    return {"id": e.id, "question": e.question, "answer": e.answer, "category": e.category,
+            "tags": list(e.tags), "computed_at": e.computed_at, "shared": e.shared,
+            "tokens": e.tokens, "model": e.model}  # fmt: skip
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds)) if seconds else ""
 
 
 if __name__ == "__main__":  # pragma: no cover
