@@ -48,6 +48,7 @@ from .guards.checks import (
     differing_words,
     verdicts,
     warm_up,
+    words_covered,
 )
 from .index.vectors import Candidate, VectorIndex
 from .learning import Learning, Pending, pool_of
@@ -289,16 +290,18 @@ class SemanticTier:
         # no class serves under the lowest of its thresholds: once a candidate is labelled,
         # the ones scoring under it are not judged at all
         lowest = min([*learning.thresholds(pool, self.threshold).values(), self.threshold])
+        judged = _Judged(self, candidates, query, learning, pool)
+        decision.guards = tuple(g.__name__ for g in self.guards)
         labelled = False
         for i, candidate in enumerate(candidates):
             if labelled and candidate.score < lowest + offset:
                 break
             cached = str(candidate.payload.get("question", ""))
-            fired = verdicts(cached, query, self.guards)
-            decision.guards = tuple(g.__name__ for g in self.guards)
-            words = differing_words(cached, query) if fired and set(fired) <= WORD_RULES else ""
-            equivalent = learning.equivalent(pool, words)
-            cls = classify(fired, agreement(answers, i), equivalent=equivalent)
+            fired, words, equivalent = judged.rules(i)
+            agreed = agreement(answers, i)
+            if agreed == "agree" and not judged.cluster_explains(i, answers):
+                agreed = "alone"
+            cls = classify(fired, agreed, equivalent=equivalent)
             if cls is None:  # a hard rule: whatever the labels say
                 reason = next(f for f in fired if f in HARD_RULES)
                 decision.rejected[candidate.id] = reason
@@ -502,6 +505,60 @@ class SemanticTier:
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})
+
+
+class _Judged:
+    """The rules' verdicts on one lookup's candidates, each computed once, and what the
+    candidates holding one answer say together."""
+
+    def __init__(
+        self,
+        tier: SemanticTier,
+        candidates: list[Candidate],
+        query: str,
+        learning: Learning,
+        pool: str,
+    ) -> None:
+        self.tier, self.candidates, self.query = tier, candidates, query
+        self.learning, self.pool = learning, pool
+        self._rules: dict[int, tuple[tuple[str, ...], str, bool]] = {}
+
+    def question(self, i: int) -> str:
+        return str(self.candidates[i].payload.get("question", ""))
+
+    def rules(self, i: int) -> tuple[tuple[str, ...], str, bool]:
+        """(the rules that refuse candidate ``i``, the words it differs in where only word
+        rules do, whether the pool showed those words harmless)."""
+        if i not in self._rules:
+            fired = verdicts(self.question(i), self.query, self.tier.guards)
+            only_words = fired and set(fired) <= WORD_RULES
+            words = differing_words(self.question(i), self.query) if only_words else ""
+            self._rules[i] = (fired, words, self.learning.equivalent(self.pool, words))
+        return self._rules[i]
+
+    def cluster_explains(self, i: int, answers: list[str | None]) -> bool:
+        """Whether the candidates holding candidate ``i``'s answer — paraphrases the LLM
+        answered alike — explain how the question differs from each of them: none differs
+        from it provably or in order, relation, mood or person, and the words it has that one
+        lacks are another's (or shown harmless in the pool).  A difference one of them shows
+        and no other explains ("convert PDF to Word" / "convert Word to PDF"; "the second
+        book" / "the third book") is the question's own."""
+        group = [j for j, answer in enumerate(answers) if answer == answers[i]]
+        for j in group:
+            fired, _, equivalent = self.rules(j)
+            if set(fired) & HARD_RULES or set(fired) - WORD_RULES:
+                return False
+            if (
+                fired
+                and not equivalent
+                and not any(
+                    words_covered(self.query, self.question(j), self.question(k))
+                    for k in group
+                    if k != j
+                )
+            ):
+                return False
+        return True
 
 
 def _answer_of(candidate: Candidate) -> str | None:

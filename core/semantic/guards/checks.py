@@ -59,6 +59,7 @@ __all__ = [
     "rule_id",
     "verdicts",
     "warm_up",
+    "words_covered",
 ]
 
 
@@ -163,8 +164,17 @@ def _antonym_stems() -> list[tuple[str, str]]:  # (stemming reads the word lists
 
 
 def number(a: Analysis, b: Analysis) -> str | None:
-    """ "order 12345" vs "order 12346", "3 days" vs "30 days", "三天" vs "3天" are fine."""
-    return "number" if a.numbers != b.numbers else None
+    """ "order 12345" vs "order 12346", "3 days" vs "30 days", "三天" vs "3天" are fine; the
+    same numbers in another order ("What percentage of 80 is 20?" / "… of 20 is 80?",
+    "20是30的百分之几" / "30是20的百分之几") play other parts."""
+    if a.numbers != b.numbers:
+        return "number"
+    if len(a.numbers) > 1 and _DIGITS.findall(a.text) != _DIGITS.findall(b.text):
+        return "number"
+    return None
+
+
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 
 
 def entity(a: Analysis, b: Analysis) -> str | None:
@@ -190,7 +200,7 @@ def order(a: Analysis, b: Analysis) -> str | None:
     one block to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question;
     moving a word into the middle re-attaches it: "the original version … the mild edition" vs
     "the mild version … the original edition")."""
-    if a.zh and b.zh and _zh_reordered(a, b):
+    if a.zh and b.zh and (_zh_reordered(a, b) or _copula_swapped(a, b)):
         return "order"  # (by where words stand: jieba may split the two texts apart)
     owned_b = set(_POSSESSIVE.findall(b.text))
     if any((y, x) in owned_b and x != y for x, y in _POSSESSIVE.findall(a.text)):
@@ -221,9 +231,43 @@ def order(a: Analysis, b: Analysis) -> str | None:
     # ("他出生于A，在B去世" / "他出生于B，去世于A")
     long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
     zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
-    if zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b):
+    # ... but not where the order is the roles: a universal quantifier's scope ("Is every
+    # integer a rational number?" / "Is every rational number an integer?"), or a question
+    # whose subject moved after do-support ("Which animals eat snakes?" / "Which animals do
+    # snakes eat?")
+    strict = _quantified(a) or _quantified(b) or _do_support(a) != _do_support(b)
+    rotation_allowed = zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b)
+    if rotation_allowed and not strict:
         return None if _rotation(permutation) else "order"
     return None if permutation == sorted(permutation) else "order"
+
+
+_QUANTIFIERS_EN = frozenset("every all each".split())
+_QUANTIFIERS_ZH = ("所有", "每个", "每一个", "任何", "凡是", "一切")
+_DO_SUPPORT = re.compile(r"\b(?:which|what|who|whom)\b(?:\s+[a-z]+)?\s+(?:do|does|did)\b")
+
+
+def _quantified(a: Analysis) -> bool:
+    if a.zh:
+        return any(q in a.text for q in _QUANTIFIERS_ZH)
+    return any(t in _QUANTIFIERS_EN for t in a.tokens)
+
+
+def _do_support(a: Analysis) -> bool:
+    return not a.zh and bool(_DO_SUPPORT.search(a.text))
+
+
+def _copula_swapped(a: Analysis, b: Analysis) -> bool:
+    """ "正方形都是长方形吗" / "长方形都是正方形吗": words on either side of one 是 trade
+    sides."""
+    if a.text.count("是") != 1 or b.text.count("是") != 1 or "是不是" in a.text + b.text:
+        return False
+    words = {t for t in (*a.tokens, *b.tokens) if CJK.match(t) and t not in STOPWORDS_ZH}
+    words = {w for w in words if "是" not in w and a.text.count(w) == 1 == b.text.count(w)}
+    cut_a, cut_b = a.text.index("是"), b.text.index("是")
+    to_right = any(a.text.index(w) < cut_a < b.text.index(w) for w in words)
+    to_left = any(b.text.index(w) < cut_b < a.text.index(w) for w in words)
+    return to_right and to_left
 
 
 _POSSESSIVE = re.compile(r"\b([a-z]+)['’]s\s+([a-z]+)\b")
@@ -889,6 +933,17 @@ def differing_words(cached: str, new: str) -> str:
     a, b = _analyses(cached, new)
     sides = sorted(" ".join(sorted(words)) for words in (_unmatched(a, b), _unmatched(b, a)))
     return "|".join(sides)
+
+
+def words_covered(new: str, cached: str, other: str) -> bool:
+    """Whether every content word ``new`` has and ``cached`` lacks is a word of ``other``:
+    the question's wording is one the paraphrases already use."""
+    a, b = _analyses(cached, new)
+    extra = _unmatched(b, a)
+    if not extra:
+        return True
+    c, _ = _analyses(other, new)
+    return extra <= set(_content_stems(c))
 
 
 def _analyses(cached: str, new: str) -> tuple[Analysis, Analysis]:
