@@ -13,6 +13,7 @@ or slow: a tier that fails is a miss, counted and logged.
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
 import os
 import re
@@ -29,12 +30,14 @@ import msgpack
 from .exact.coalesce import Coalescer
 from .exact.link import store_error
 from .exact.tier import ExactHit, ExactTier, StoreUnavailable
+from .exact.upkeep import Upkeep
 from .exact.versions import Stamp
 from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
 from .hit import Hit
 from .key.asked import Asked, ask
 from .key.entry import CacheEntry
 from .key.request import CacheRequest, Turn, is_entry_key, memo_bytes
+from .ops.ledger import FLUSH_S, Ledger, summary
 from .ops.metrics import Metrics, failed
 from .runtime.exit import on_exit
 from .runtime.home import data_dir
@@ -42,7 +45,7 @@ from .runtime.steps import Off, Steps, arun, run
 from .semantic.guards.cacheable import is_cacheable
 from .semantic.guards.canonical import canonical
 from .settings import Exact, Faq, Redis, Semantic, resolve
-from .stores.base import L2Store, PointLog
+from .stores.base import L2Store, PointLog, StatsLog
 from .tiers import TierLoader
 
 if TYPE_CHECKING:
@@ -118,6 +121,16 @@ class Cache:
             volatile_context=volatile_context, metrics=self.metrics,
         )  # fmt: skip
         self._recent_hits: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
+        store = self.exact.store
+        # every process's counters, added up in the store (``shared_stats``, ``tricache stats``)
+        self.ledger = (
+            Ledger(self.metrics, store, namespace) if isinstance(store, StatsLog) else None
+        )
+        self._ledger_upkeep = (
+            Upkeep(self.ledger, FLUSH_S, "tricache-stats") if self.ledger else None
+        )
+        if self._ledger_upkeep is not None:
+            self._ledger_upkeep.start()
         # Validate the defaults now rather than on the first lookup.
         CacheRequest("", namespace=namespace, tenant=tenant)
         on_exit(self.tiers.stop)  # no warm-up left in native code when Python finalizes
@@ -183,6 +196,7 @@ class Cache:
     def _lookup(self, request: CacheRequest, semantic: bool) -> Steps[Hit | None]:
         """The lookup, once for both: analysed, then exact → semantic → FAQ."""
         asked = self._ask(request)
+        self.metrics.incr("cache", "lookups")
         if not self._may_cache(asked):  # curated answers only
             if not semantic:
                 return None
@@ -544,6 +558,30 @@ class Cache:
         elif isinstance(store := self.exact.store, PointLog):  # the tier is off here
             store.clear_points(self.namespace)
 
+    def shared_stats(self, window_s: float = 3600.0) -> dict[str, Any]:
+        """What every process of this namespace did over the last ``window_s`` seconds, from
+        the counters each adds to the shared store every 10 s (``tricache stats``): lookups,
+        hits and hit rate per tier, LLM calls, tokens and cost saved, feedback.  Without a
+        store, this process's counters."""
+        if self.ledger is None:
+            return {"window_s": window_s, "processes": "this one", **summary(self.metrics.counts())}
+        self.ledger.flush()
+        return {"window_s": window_s, "processes": "all", **summary(self.ledger.read(window_s))}
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the cache as a small table of what it did (this process)."""
+        figures = summary(self.metrics.counts())
+        rows = [("lookups", figures["lookups"]), ("LLM calls", figures["llm_calls"])]
+        rows += [(f"{tier} hits", f"{n} ({figures['hit_rate'][tier]:.1%})")
+                 for tier, n in figures["hits"].items()]  # fmt: skip
+        rows += [("tokens saved", figures["tokens_saved"]),
+                 ("cost saved", f"${figures['cost_saved_usd']:.4f}"),
+                 ("answers reported wrong", figures["feedback"]["wrong"])]  # fmt: skip
+        cells = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
+                        for k, v in rows)  # fmt: skip
+        where = html.escape(f"{self.namespace} · {self.exact.store_name}")
+        return f"<table><caption>TriCache ({where})</caption>{cells}</table>"
+
     def stats(self) -> dict[str, Any]:
         """Counters and latency percentiles per tier, as a plain dict."""
         snapshot = self.metrics.snapshot()
@@ -568,6 +606,10 @@ class Cache:
         return self.tiers.open_semantic()
 
     def close(self) -> None:
+        if self._ledger_upkeep is not None:
+            self._ledger_upkeep.stop()
+        if self.ledger is not None:
+            self.ledger.flush()  # (one try, within the store's timeout)
         self.tiers.close()  # waits for a warm-up under way: it may be creating the index
         self.exact.close()
 

@@ -36,6 +36,11 @@ class Metrics:
     def count(self, tier: str, event: str) -> int:
         return self._counts[tier, event]
 
+    def counts(self) -> dict[str, int]:
+        """Every counter, as ``{"tier.event": n}`` (a copy)."""
+        with self._lock:
+            return {f"{tier}.{event}": n for (tier, event), n in self._counts.items()}
+
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """``{tier: {event: count, ..., "latency_ms": {"p50": .., "p95": .., "p99": ..}}}``."""
         with self._lock:

@@ -139,6 +139,25 @@ class LabelLog(Protocol):
 
 
 @runtime_checkable
+class StatsLog(Protocol):
+    """Every process's counters, added up per namespace in buckets of ``STATS_BUCKET_S``
+    seconds (kept ``STATS_KEPT_S``): what ``tricache stats`` reads."""
+
+    def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
+        """Add ``counts`` (``"tier.event"`` → n) to the bucket ``bucket`` (its start // the
+        bucket's length)."""
+        ...
+
+    def read_stats(self, namespace: str, since: int) -> dict[str, int]:
+        """The counts of every bucket from ``since`` on, added up."""
+        ...
+
+
+STATS_BUCKET_S = 300
+STATS_KEPT_S = 8 * 24 * 3600
+
+
+@runtime_checkable
 class L2Store(Protocol):
     """Shared second level of the exact tier; every method may raise on a store failure."""
 

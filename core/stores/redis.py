@@ -47,6 +47,8 @@ from redis.retry import Retry
 from ..key.request import entry_prefix
 from ..runtime.forks import on_fork
 from .base import (
+    STATS_BUCKET_S,
+    STATS_KEPT_S,
     DamagedState,
     LabelBatch,
     PointChanges,
@@ -419,6 +421,28 @@ class RedisStore:
         self._bulk.delete(_journal(namespace))
         return count
 
+    # counters of every process (StatsLog) ----------------------------------------------------
+    def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
+        key = _stats(namespace, bucket)  # (within the request path's timeout: a close waits)
+        pipe = self._sync.pipeline(transaction=False)
+        for name, n in counts.items():
+            if n:
+                pipe.hincrby(key, name, int(n))
+        pipe.expire(key, STATS_KEPT_S)
+        pipe.execute()
+
+    def read_stats(self, namespace: str, since: int) -> dict[str, int]:
+        now = int(self._bulk.time()[0]) // STATS_BUCKET_S
+        pipe = self._bulk.pipeline(transaction=False)
+        for bucket in range(max(since, now - STATS_KEPT_S // STATS_BUCKET_S), now + 1):
+            pipe.hgetall(_stats(namespace, bucket))
+        totals: dict[str, int] = {}
+        for found in pipe.execute():
+            for name, n in (found or {}).items():
+                key = _text(name)
+                totals[key] = totals.get(key, 0) + int(n)
+        return totals
+
     # writes left unfinished (WriteJournal) --------------------------------------------------
     def journal(self, namespace: str, records: Sequence[bytes]) -> int:
         """(On the write path: within the store's timeout.)"""
@@ -725,6 +749,10 @@ def vector_prefix(namespace: str, space: str) -> str:
 def vector_spaces(namespace: str) -> str:
     """The set of vector spaces the query engine has held points of, for ``namespace``."""
     return f"tricache:{{{namespace}}}:vspaces"
+
+
+def _stats(namespace: str, bucket: int) -> str:
+    return f"tricache:{{{namespace}}}:stats:{bucket}"
 
 
 def _journal(namespace: str) -> str:

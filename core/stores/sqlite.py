@@ -16,7 +16,15 @@ from typing import Any
 
 from ..runtime.forks import hold_across_fork, inherited, on_fork
 from ..runtime.home import private_sqlite
-from .base import LabelBatch, PointChanges, Record, VersionState, WrittenKeys
+from .base import (
+    STATS_BUCKET_S,
+    STATS_KEPT_S,
+    LabelBatch,
+    PointChanges,
+    Record,
+    VersionState,
+    WrittenKeys,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -62,6 +70,10 @@ CREATE TABLE IF NOT EXISTS journal (  -- writes a process left for the next one 
     seq INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, data BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS journal_by_seq ON journal(namespace, seq);
+CREATE TABLE IF NOT EXISTS stats (  -- every process's counters, added up per 5 minutes
+    namespace TEXT NOT NULL, bucket INTEGER NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (namespace, bucket, name)
+);
 """
 
 
@@ -186,8 +198,29 @@ class SQLiteStore:
                 (now, self.sweep_batch),
             )
             db.execute("DELETE FROM locks WHERE expires_at <= ?", (now,))
+            db.execute(
+                "DELETE FROM stats WHERE bucket < ?", ((now - STATS_KEPT_S) // STATS_BUCKET_S,)
+            )
             _sweep_points(db, now, self.sweep_batch)
         return cur.rowcount
+
+    # counters of every process (StatsLog) ----------------------------------------------------
+    def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
+        with self._writing() as db:
+            db.executemany(
+                "INSERT INTO stats (namespace, bucket, name, value) VALUES (?, ?, ?, ?) ON CONFLICT"
+                " (namespace, bucket, name) DO UPDATE SET value = value + excluded.value",
+                [(namespace, bucket, name, int(n)) for name, n in counts.items() if n],
+            )
+
+    def read_stats(self, namespace: str, since: int) -> dict[str, int]:
+        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+            rows = self._reader.execute(
+                "SELECT name, sum(value) FROM stats WHERE namespace = ? AND bucket >= ?"
+                " GROUP BY name",
+                (namespace, since),
+            ).fetchall()
+        return {name: int(total) for name, total in rows}
 
     def delete(self, keys: Sequence[str]) -> None:
         with self._writing() as db:

@@ -25,6 +25,7 @@ from ..cache import Cache
 from ..ops.metrics import Metrics
 from ..runtime.home import data_dir
 from ..settings import Exact, Qdrant, Semantic
+from ..stores.base import STATS_KEPT_S
 
 
 class CliError(Exception):
@@ -575,11 +576,13 @@ def metrics(
     path: Path_ = None,
     namespace: Namespace = "default",
 ) -> None:
-    """Prometheus metrics of a cache opened by this command (apps serve their own cache with
+    """Prometheus metrics of the running app: every process's counters, added up in the
+    shared store over the 8 days it keeps (an app can also serve its own process's with
     ``tricache.ops.prometheus.serve(cache, port)``)."""
     from ..ops.prometheus import exposition, serve
 
-    with _open(redis_url, path, namespace) as cache:
+    with _maintenance(redis_url, path, namespace) as opened:
+        cache = _SharedCounters(opened)
         if once:
             print(exposition(cache), end="")
             return
@@ -590,6 +593,79 @@ def metrics(
         console.print(f"serving http://0.0.0.0:{port}/metrics (Ctrl-C to stop)")
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
+
+
+@app.command()
+def stats(
+    window: Annotated[
+        str, typer.Option(help="How far back: 30m, 1h, 1d (the store keeps 8 days).")
+    ] = "1h",
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Refresh every 10 s until Ctrl-C.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """What the running app did: every process's lookups, hits and hit rate per tier, LLM
+    calls, tokens and cost saved, answers reported wrong (from the shared store)."""
+    seconds = _duration(window)
+    with _maintenance(redis_url, path, namespace) as cache:
+        while True:
+            figures = cache.shared_stats(seconds)
+            if as_json:
+                print(json.dumps(figures), flush=True)
+            else:
+                console.print(_stats_table(figures, window, namespace))
+            if not watch:
+                return
+            try:
+                time.sleep(10)
+            except KeyboardInterrupt:
+                return
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except (ValueError, IndexError):
+        raise CliError("a duration: 30m, 1h, 2d or seconds", f"--window {text}") from None
+
+
+def _stats_table(figures: dict[str, Any], window: str, namespace: str) -> Table:
+    table = Table(
+        title=f"namespace {namespace!r}, last {window} ({figures['processes']} processes)"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("lookups", str(figures["lookups"]))
+    for tier, hits in figures["hits"].items():
+        table.add_row(f"{tier} hits", f"{hits} ({figures['hit_rate'][tier]:.1%})")
+    table.add_row("hit rate, all tiers", f"{figures['hit_rate_total']:.1%}")
+    table.add_row("LLM calls", str(figures["llm_calls"]))
+    table.add_row("tokens saved", str(figures["tokens_saved"]))
+    table.add_row("cost saved", f"${figures['cost_saved_usd']:.4f}")
+    table.add_row("answers reported wrong", str(figures["feedback"]["wrong"]))
+    table.add_row("store errors", str(figures["store_errors"]))
+    return table
+
+
+class _SharedCounters:
+    """What the Prometheus collector reads (``stats()``), from every process's counters."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def stats(self) -> dict[str, Any]:
+        ledger = self.cache.ledger
+        counts = ledger.read(STATS_KEPT_S) if ledger is not None else self.cache.metrics.counts()
+        out: dict[str, Any] = {}
+        for name, n in counts.items():
+            tier, _, event = name.partition(".")
+            out.setdefault(tier, {})[event] = n
+        return out
 
 
 @app.command("kv-budget")
