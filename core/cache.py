@@ -196,7 +196,7 @@ class Cache:
     def _lookup(self, request: CacheRequest, semantic: bool) -> Steps[Hit | None]:
         """The lookup, once for both: analysed, then exact → semantic → FAQ."""
         asked = self._ask(request)
-        self.metrics.incr("cache", "lookups")
+        self.metrics.incr("requests", "lookups")
         if not self._may_cache(asked):  # curated answers only
             if not semantic:
                 return None

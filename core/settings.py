@@ -168,7 +168,8 @@ class Semantic:
     guards: Sequence[Guard] = DEFAULT_GUARDS
     reranker: Reranker | None = None
     rerank_threshold: float = 0.5
-    audit: bool = True  # record every decision (hashed) for calibration
+    audit: bool = True  # record every decision for calibration and review
+    audit_questions: bool = True  # the questions in full (tricache review); False: hashes only
     vector_path: str | Path | None = None  # where this machine's replicas of the index live
     learn: Learn | None = None  # learn decisions from the app's traffic (off: the threshold)
     # where the vectors are searched: "auto" (the Redis query engine when the store is a Redis
@@ -189,6 +190,7 @@ class Semantic:
             raise TypeError("Semantic(reranker=...) takes (question, candidates) -> scores")
         _number("Semantic", "rerank_threshold", self.rerank_threshold, -1e9, 1e9)
         _flag("Semantic", "audit", self.audit)
+        _flag("Semantic", "audit_questions", self.audit_questions)
         _optional("Semantic", "vector_path", self.vector_path, (str, Path))
         _optional("Semantic", "learn", self.learn, Learn)
 

@@ -203,7 +203,9 @@ def test_audit_records_hits_and_refusals(cache: Cache) -> None:
     rows = cache.semantic.audit.recent(2)  # type: ignore[union-attr]
     refused, hit = rows[0], rows[1]
     assert hit["hit"] and hit["score"] > 0.9 and "negation" in hit["guards"]
-    assert refused["hit"] is None and "antonym" in refused["rejected"]
+    assert refused["hit"] is None and "antonym" in refused["rejected"].values()
+    assert refused["question"] == "How do I disable dark mode?"  # in full: tricache review
+    assert refused["candidates"][0]["question"] == "How do I enable dark mode?"
 
 
 def test_category_raises_the_bar_for_high_risk_domains(cache: Cache) -> None:

@@ -53,7 +53,7 @@ class Ledger:
 def summary(counts: dict[str, int]) -> dict[str, Any]:
     """What a user asks of the counters ``counts`` (``"tier.event"`` → n): per tier its hits
     and hit rate, the LLM calls the cache did not avoid, tokens and cost saved, feedback."""
-    lookups = counts.get("cache.lookups", 0)
+    lookups = counts.get("requests.lookups", 0)
     tiers = {
         "exact": counts.get("exact.hits_l1", 0) + counts.get("exact.hits_l2", 0),
         "semantic": counts.get("semantic.hits", 0),

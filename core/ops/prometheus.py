@@ -48,7 +48,7 @@ class CacheCollector:
             if tier in ("store", "learning") or not isinstance(counters, dict):
                 continue
             tier_hits = {k: v for k, v in counters.items() if k.startswith("hits") and _int(v)}
-            if tier == "cache":  # (the whole cache's counters: lookups, failures) no tier
+            if tier in ("cache", "requests"):  # (the whole cache's counters) no tier
                 for event, value in counters.items():
                     if _int(value):
                         events.add_metric([tier, event], value)

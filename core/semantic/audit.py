@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
     ts REAL NOT NULL, query_hash TEXT NOT NULL, hit TEXT, score REAL, skipped TEXT,
-    guards TEXT, top TEXT, rejected TEXT, served_by TEXT, threshold REAL
+    guards TEXT, top TEXT, rejected TEXT, served_by TEXT, threshold REAL,
+    namespace TEXT, pool TEXT, question TEXT, candidates TEXT, verdict TEXT
 );
 CREATE TABLE IF NOT EXISTS feedback (
     ts REAL NOT NULL, entry_id TEXT NOT NULL, correct INTEGER NOT NULL,
@@ -53,16 +54,31 @@ class AuditLog:
     ``secret`` keys the question hashes (by default the installation's secret)."""
 
     def __init__(
-        self, path: str | Path, max_queue: int = 10_000, *, secret: bytes | None = None
+        self,
+        path: str | Path,
+        max_queue: int = 10_000,
+        *,
+        secret: bytes | None = None,
+        questions: bool = True,
     ) -> None:
         self.path = Path(path)
+        self.questions = questions  # False: the questions are not kept, only keyed hashes
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         private_sqlite(self.path)
         self._secret = secret if secret is not None else _secret()
         with closing(sqlite3.connect(self.path)) as db, db:
             db.executescript(_SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(decisions)")}
-            for column, kind in (("served_by", "TEXT"), ("threshold", "REAL")):
+            added = (
+                ("served_by", "TEXT"),
+                ("threshold", "REAL"),
+                ("namespace", "TEXT"),
+                ("pool", "TEXT"),
+                ("question", "TEXT"),
+                ("candidates", "TEXT"),
+                ("verdict", "TEXT"),
+            )
+            for column, kind in added:
                 if column not in columns:  # a log made by an older version
                     db.execute(f"ALTER TABLE decisions ADD COLUMN {column} {kind}")
         self._queue: _Queue = queue.Queue(max_queue)
@@ -86,9 +102,13 @@ class AuditLog:
             if is_dataclass(decision) and not isinstance(decision, type)
             else dict(decision)
         )
+        candidates = list(row.get("candidates", []))
+        if not self.questions:
+            candidates = [{k: v for k, v in c.items() if k != "question"} for c in candidates]
         self._put(
             "INSERT INTO decisions (ts, query_hash, hit, score, skipped, guards, top, rejected,"
-            " served_by, threshold) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " served_by, threshold, namespace, pool, question, candidates)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 time.time(),
                 self.query_hash(row["query_hash"]),
@@ -100,8 +120,28 @@ class AuditLog:
                 json.dumps(row.get("rejected", {})),
                 row.get("by"),
                 row.get("threshold"),
+                row.get("namespace", ""),
+                row.get("pool", ""),
+                row.get("question", "") if self.questions else None,
+                json.dumps(candidates, ensure_ascii=False),
             ),
         )
+
+    def judge(self, rowid: int, verdict: str) -> None:
+        """A person's verdict on a decision (``tricache review``): "same" or "different"."""
+        if verdict not in ("same", "different"):
+            raise ValueError("verdict must be 'same' or 'different'")
+        self.flush()
+        with closing(sqlite3.connect(self.path)) as db, db:
+            db.execute("UPDATE decisions SET verdict = ? WHERE rowid = ?", (verdict, rowid))
+
+    def decision(self, rowid: int) -> dict[str, Any] | None:
+        """One decision by its row id, fields decoded."""
+        self.flush()
+        with closing(sqlite3.connect(self.path)) as db:
+            db.row_factory = sqlite3.Row
+            row = db.execute("SELECT rowid, * FROM decisions WHERE rowid = ?", (rowid,)).fetchone()
+        return _decoded(dict(row)) if row is not None else None
 
     def query_hash(self, value: str) -> str:
         """What the log stores for a decision's ``query_hash`` ``value``: keyed BLAKE2b."""
@@ -134,13 +174,14 @@ class AuditLog:
             time.sleep(0.005)
 
     def recent(self, limit: int = 20, table: str = "decisions") -> list[dict[str, Any]]:
+        """The newest rows, their JSON fields decoded (``rowid`` included)."""
         if table not in ("decisions", "feedback"):
             raise ValueError("table must be 'decisions' or 'feedback'")
         self.flush()
         with closing(sqlite3.connect(self.path)) as db:
             db.row_factory = sqlite3.Row
-            rows = db.execute(f"SELECT * FROM {table} ORDER BY ts DESC LIMIT ?", (limit,))
-            return [dict(r) for r in rows]
+            rows = db.execute(f"SELECT rowid, * FROM {table} ORDER BY ts DESC LIMIT ?", (limit,))
+            return [_decoded(dict(r)) for r in rows]
 
     def close(self) -> None:
         self.flush()
@@ -182,6 +223,15 @@ def _write_forever(
         if None in batch:
             db.close()
             return
+
+
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its JSON columns read (a damaged one left as text)."""
+    for name in ("guards", "top", "rejected", "candidates"):
+        if isinstance(row.get(name), str):
+            with contextlib.suppress(ValueError):
+                row[name] = json.loads(row[name])
+    return row
 
 
 def _stop_writer(items: _Queue, dropped: threading.Event) -> None:

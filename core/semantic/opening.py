@@ -56,9 +56,8 @@ def open_semantic(
         checkpoint()
         with native():  # the vector index (an exit waits for it)
             index = _open_index(settings, store, namespace, vector_path, embedder)
-        audit = (
-            AuditLog(Path(vector_path or data_dir()) / "audit.sqlite3") if settings.audit else None
-        )
+        where = Path(vector_path or data_dir()) / "audit.sqlite3"
+        audit = AuditLog(where, questions=settings.audit_questions) if settings.audit else None
         learning = _learning(settings.learn or faq_learn, store, namespace, resolve, embedder,
                              metrics)  # fmt: skip
     except Exiting:

@@ -118,6 +118,12 @@ class Decision:
     by: str | None = None  # what served the hit: "form" (the same question), "threshold" or
     # "learned" (a threshold the app's own labels taught, under the calibrated one)
     threshold: float | None = None  # the threshold in force (learned or calibrated)
+    # for a person reviewing it (``tricache review``): where, the question as compared, and
+    # each candidate (point id, the entry it names, its question, score, class)
+    namespace: str = ""
+    pool: str = ""
+    question: str = ""
+    candidates: list[dict[str, object]] = field(default_factory=list)
 
 
 class _Unset:
@@ -199,7 +205,7 @@ class SemanticTier:
         that cannot be known now).  ``key`` (the request's exact key) lets a miss be labelled
         by the answer the LLM gives it (``learning``).  ``located``: the question, when the
         caller located it already (``key.asked``)."""
-        decision = Decision(digest(request.query))
+        decision = Decision(digest(request.query), namespace=request.namespace)
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
         try:
@@ -234,13 +240,14 @@ class SemanticTier:
         learning = self.learning if self.learns else None
         pool = self.pool(request, question)
         decision.threshold = round(self.threshold_for(request.category, pool), 3)
+        decision.pool, decision.question = pool, question
         query = _embeddable(question)  # what the guards judge: as typed, bar capitals
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
         keep = min(static, learning.floor) if learning else static
         if learning is not None:
             learning.looked(pool)
-        candidates = self._candidates(query, vector, where, keep)
+        candidates = self._candidates(query, vector, where, keep, decision)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
         if learning is None:
@@ -302,6 +309,7 @@ class SemanticTier:
             if agreed == "agree" and not judged.cluster_explains(i, answers):
                 agreed = "alone"
             cls = classify(fired, agreed, equivalent=equivalent)
+            _note(decision, candidate.id, cls=cls, rules=list(fired))
             if cls is None:  # a hard rule: whatever the labels say
                 reason = next(f for f in fired if f in HARD_RULES)
                 decision.rejected[candidate.id] = reason
@@ -380,7 +388,12 @@ class SemanticTier:
         return pool_of(request.namespace, request.tenant, "zh" if has_cjk(question) else "en")
 
     def _candidates(
-        self, query: str, vector: np.ndarray, scope: dict[str, str], threshold: float
+        self,
+        query: str,
+        vector: np.ndarray,
+        scope: dict[str, str],
+        threshold: float,
+        decision: Decision | None = None,
     ) -> list[Candidate]:
         """Candidates scoring ``threshold`` or more.  The search reaches ``_RESCORE_MARGIN``
         below it, on the texts as asked; a candidate is scored again only where the two
@@ -407,6 +420,12 @@ class SemanticTier:
             vectors = self.embedder.embed(texts)
             for n, i in enumerate(pairs):
                 near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
+        if decision is not None:  # the near ones too, under the threshold: what a person
+            decision.candidates = [  # reviewing the decision wants to see
+                {"id": c.id, "ref": str(c.payload.get("ref", "")), "score": round(c.score, 4),
+                 "question": str(c.payload.get("question", ""))}
+                for c in sorted(near, key=lambda c: -c.score)[: self.top_k]
+            ]  # fmt: skip
         kept = (c for c in near if c.score >= threshold)
         return sorted(kept, key=lambda c: -c.score)
 
@@ -559,6 +578,13 @@ class _Judged:
             ):
                 return False
         return True
+
+
+def _note(decision: Decision, point: str, **fields: object) -> None:
+    """What the learned decision read of a candidate, on its audit record."""
+    for recorded in decision.candidates:
+        if recorded["id"] == point:
+            recorded.update(fields)
 
 
 def _answer_of(candidate: Candidate) -> str | None:

@@ -668,6 +668,38 @@ class _SharedCounters:
         return out
 
 
+@app.command()
+def review(
+    host: Annotated[
+        str, typer.Option(help="Where the page listens (127.0.0.1: this machine).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Its port.")] = 8765,
+    audit: Annotated[
+        Path | None, typer.Option(help="The audit log (default: the data directory's).")
+    ] = None,
+    redis_url: RedisUrl = None,
+    path: Path_ = None,
+    namespace: Namespace = "default",
+) -> None:
+    """A local web page over the audit log: recent decisions with both questions, scores and
+    rules, filters, a histogram; 'same answer' / 'not the same' become labels (and feedback)."""
+    try:
+        import uvicorn
+
+        from .review import review_app
+    except ImportError as exc:
+        raise CliError("needs the review extra: pip install 'tricache[review]'", str(exc)) from None
+    from ..semantic.audit import AuditLog
+
+    log_path = audit or data_dir() / "audit.sqlite3"
+    if not log_path.exists():
+        _fail("no audit log here (a cache with Semantic(audit=True) writes one)", log_path)
+    with _open(redis_url, path, namespace, faq=False) as cache:
+        page = review_app(cache, AuditLog(log_path))
+        console.print(f"review page at http://{host}:{port}/ (Ctrl-C to stop)")
+        uvicorn.run(page, host=host, port=port, log_level="warning")
+
+
 @app.command("kv-budget")
 def kv_budget_command(
     config: Annotated[Path, typer.Argument(help="A Hugging Face config.json, or its folder.")],
