@@ -23,6 +23,7 @@ from .exact.policy import TtlPolicy
 from .exact.versions import Stamp
 from .hit import Hit
 from .key.entry import CacheEntry
+from .key.options import entry_options
 from .key.request import CacheRequest, Turn
 from .ops.metrics import Metrics
 from .semantic.guards.checks import Guard
@@ -55,6 +56,7 @@ __all__ = [
     "TtlPolicy",
     "Turn",
     "__version__",
+    "entry_options",
 ]
 
 

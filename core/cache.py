@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -36,6 +37,7 @@ from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
 from .hit import Hit
 from .key.asked import Asked, ask
 from .key.entry import CacheEntry
+from .key.options import current_entry_options
 from .key.request import CacheRequest, Turn, is_entry_key, memo_bytes
 from .ops.ledger import FLUSH_S, Ledger, summary
 from .ops.metrics import Metrics, failed
@@ -153,7 +155,12 @@ class Cache:
         query_meta: str = "",
     ) -> CacheRequest:
         """Build a request in this cache's namespace (and default tenant).  ``tags`` given as
-        one string is a ``TypeError`` (a list of one tag is ``[tag]``)."""
+        one string is a ``TypeError`` (a list of one tag is ``[tag]``).  The tags and category
+        of an ``entry_options`` block around the call are added."""
+        options = current_entry_options()
+        if options.tags and not isinstance(tags, str | bytes):
+            tags = tuple(dict.fromkeys((*tags, *options.tags)))
+        category = category if category is not None else options.category
         return CacheRequest(
             query,
             system=system,
@@ -317,8 +324,11 @@ class Cache:
         tokens: int = 0,
         model: str = "",
         began: Stamp | None = None,
+        ttl: float | None = None,
     ) -> bool:
         """Store an answer; ``False`` when it was not stored.  Never raises for store trouble.
+        ``ttl``: its lifetime in seconds (default: an ``entry_options`` block's, else the
+        ``TtlPolicy``'s for its category).
 
         ``semantic=False`` keeps the answer out of the semantic tier (served only to the same
         question, e.g. for tool calls or partial answers).  ``tokens`` and ``model`` (what the
@@ -329,7 +339,7 @@ class Cache:
         elsewhere (a stream drained by another thread) passes ``began=cache.began(request)``,
         taken right after the lookup."""
         fields = dict(category=category, negative=negative, tokens=tokens, model=model,
-                      stamp=began, shared=semantic and not negative)  # fmt: skip
+                      stamp=began, shared=semantic and not negative, ttl=_ttl(ttl))  # fmt: skip
         return run(self._update(request, text, payload, semantic, fields))
 
     async def aupdate(
@@ -344,10 +354,11 @@ class Cache:
         tokens: int = 0,
         model: str = "",
         began: Stamp | None = None,
+        ttl: float | None = None,
     ) -> bool:
         """``update`` from async code: store calls awaited, indexing in a thread."""
         fields = dict(category=category, negative=negative, tokens=tokens, model=model,
-                      stamp=began, shared=semantic and not negative)  # fmt: skip
+                      stamp=began, shared=semantic and not negative, ttl=_ttl(ttl))  # fmt: skip
         return await arun(self._update(request, text, payload, semantic, fields))
 
     def _update(
@@ -680,6 +691,15 @@ class Entry:
         return cls(key, entry.asked, entry.text, entry.category, tuple(sorted(entry.tag_versions)),
                    entry.watermark, entry.shared and not entry.negative, entry.tokens,
                    entry.model)  # fmt: skip
+
+
+def _ttl(ttl: float | None) -> float | None:
+    """An update's TTL: given, or the ``entry_options`` block's (``None``: the policy's)."""
+    if ttl is None:
+        return current_entry_options().ttl
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0 or ttl == math.inf:
+        raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+    return float(ttl)
 
 
 def _fresh(payload: Any) -> Any:

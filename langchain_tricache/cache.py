@@ -13,10 +13,12 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache import Cache, CacheRequest, Hit
+from tricache.key.options import entry_options
 from tricache.key.tenancy import current_tenant, tenant
 from tricache.verbs import CacheVerbs
 
 from .convert import (
+    chain_options,
     generations_from_payload,
     llm_key,
     model_name,
@@ -83,7 +85,7 @@ class TriCache(CacheVerbs, BaseCache):
             request, text, payload, semantic = stored
             self.tricache.update(
                 request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
-                model=model_name(llm_string),
+                model=model_name(llm_string), ttl=chain_options().get("ttl"),
             )  # fmt: skip
 
     def clear(self, **kwargs: Any) -> None:
@@ -103,7 +105,7 @@ class TriCache(CacheVerbs, BaseCache):
             request, text, payload, semantic = stored
             await self.tricache.aupdate(
                 request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
-                model=model_name(llm_string),
+                model=model_name(llm_string), ttl=chain_options().get("ttl"),
             )  # fmt: skip
 
     async def aclear(self, **kwargs: Any) -> None:
@@ -120,19 +122,21 @@ class TriCache(CacheVerbs, BaseCache):
     def _request(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
         if not isinstance(prompt, str) or not isinstance(llm_string, str):
             raise TypeError("prompt and llm_string must be str")
-        try:
-            parsed = parse_prompt(prompt)
-            request = self.tricache.request(
-                parsed.query,
-                system=parsed.system,
-                history=parsed.history,
-                tenant=current_tenant(),
-                llm_key=llm_key(llm_string),
-                query_meta=parsed.query_meta,
-            )
-        except Exception as exc:  # an odd prompt is a miss, never an error in the app
-            log.warning("tricache: prompt not cacheable (%s)", exc)
-            return None, False
+        # (config={"metadata": {"tricache_ttl": 600}}; a bad option is the caller's error)
+        with entry_options(**chain_options()):
+            try:
+                parsed = parse_prompt(prompt)
+                request = self.tricache.request(
+                    parsed.query,
+                    system=parsed.system,
+                    history=parsed.history,
+                    tenant=current_tenant(),
+                    llm_key=llm_key(llm_string),
+                    query_meta=parsed.query_meta,
+                )
+            except Exception as exc:  # an odd prompt is a miss, never an error in the app
+                log.warning("tricache: prompt not cacheable (%s)", exc)
+                return None, False
         return request, parsed.semantic
 
     def _stored(

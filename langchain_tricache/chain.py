@@ -30,9 +30,11 @@ from langchain_core.messages import (
     message_to_dict,
 )
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 from tricache import Cache, CacheRequest, Hit
+from tricache.key.options import entry_options, options_from
 from tricache.key.request import context_token
 from tricache.verbs import CacheVerbs
 
@@ -97,9 +99,8 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
                 return cached
         output = self.runnable.invoke(input, config, **kwargs)
         if request is not None and (encoded := _encode(output)) is not None:
-            self.tricache.update(
-                request, _text(output), encoded, category=self.category, semantic=semantic
-            )
+            self.tricache.update(request, _text(output), encoded, category=self.category,
+                                 semantic=semantic, ttl=_ttl_of(config))  # fmt: skip
         return output
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -110,9 +111,8 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
                 return cached
         output = await self.runnable.ainvoke(input, config, **kwargs)
         if request is not None and (encoded := _encode(output)) is not None:
-            await self.tricache.aupdate(
-                request, _text(output), encoded, category=self.category, semantic=semantic
-            )
+            await self.tricache.aupdate(request, _text(output), encoded, category=self.category,
+                                        semantic=semantic, ttl=_ttl_of(config))  # fmt: skip
         return output
 
     def _request(
@@ -128,14 +128,15 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
             context = _canonical(call)
         except (TypeError, ValueError, RecursionError):  # no canonical form: not cacheable
             return None, False
-        request = self.tricache.request(
-            context if question is None else question,
-            system=context_token(context),  # every other field, exactly, in the key
-            tenant=current_tenant(),
-            llm_key=self._llm_key,
-            category=self.category,
-            tags=self.tags_for_entries,
-        )
+        with entry_options(**options_from(ensure_config(config).get("metadata"))):
+            request = self.tricache.request(
+                context if question is None else question,
+                system=context_token(context),  # every other field, exactly, in the key
+                tenant=current_tenant(),
+                llm_key=self._llm_key,
+                category=self.category,
+                tags=self.tags_for_entries,
+            )
         return request, self.semantic and question is not None
 
     def _served(self, hit: Hit | None) -> Any:
@@ -188,6 +189,11 @@ def with_tricache(
         semantic=semantic,
         fingerprint=fingerprint,
     )
+
+
+def _ttl_of(config: RunnableConfig | None) -> Any:
+    """The lifetime a run asks for (``config={"metadata": {"tricache_ttl": 600}}``)."""
+    return options_from(ensure_config(config).get("metadata")).get("ttl")
 
 
 # input → key ---------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from pydantic import Field, PrivateAttr, SerializeAsAny
 
 from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
 from tricache.key.conversation import Conversation, stream_pieces
+from tricache.key.options import entry_options, options_from
 from tricache.key.tenancy import current_tenant
 from tricache.verbs import CacheVerbs
 
@@ -77,6 +78,16 @@ class _Call:
     semantic: bool
     key: str
     began: Stamp | None = None  # the versions its miss began under (a stream may end elsewhere)
+    ttl: float | None = None  # the lifetime the call asked for (``tricache_ttl=``)
+
+
+def _pop_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``entry_options`` a call asks for (``tricache_ttl=``, ``tricache_tags=``,
+    ``tricache_category=``), taken out of its keyword arguments."""
+    found = options_from(kwargs)
+    for name in ("ttl", "tags", "category"):
+        kwargs.pop(f"tricache_{name}", None)
+    return found
 
 
 class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
@@ -310,36 +321,40 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
 
     # the cache -----------------------------------------------------------------------------
     def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call | None:
+        options = _pop_options(kwargs)  # (before the inner LLM sees the keyword arguments)
         try:
             conversation = _keyed(parse_chat(messages), lambda: chat_turns(messages))
         except Exception as exc:  # an odd message is a miss, never an error in the app
             log.warning("tricache: call not cacheable (%s)", exc)
             return None
-        return self._call(conversation, llm_key(self.llm, "chat", kwargs))
+        return self._call(conversation, llm_key(self.llm, "chat", kwargs), options)
 
     def _completion_call(
         self, prompt: str, formatted: bool, kwargs: dict[str, Any]
     ) -> _Call | None:
+        options = _pop_options(kwargs)
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
         conversation = _keyed(Conversation(prompt), lambda: [("prompt", prompt, "")])
-        return self._call(conversation, llm_key(self.llm, f"complete:{formatted}", kwargs))
+        return self._call(conversation, llm_key(self.llm, f"complete:{formatted}", kwargs), options)
 
-    def _call(self, conversation: Conversation, key: str) -> _Call | None:
+    def _call(self, conversation: Conversation, key: str, options: dict[str, Any]) -> _Call | None:
         """The request, or ``None`` when the call cannot be cached (it then goes to the LLM)."""
-        try:
-            request = self.tricache.request(
-                conversation.query,
-                system=conversation.system,
-                history=conversation.history,
-                tenant=current_tenant(),
-                llm_key=key,
-                query_meta=conversation.query_meta,
-            )
-            return _Call(request, conversation.semantic, self.tricache.key(request))
-        except Exception as exc:  # an odd prompt is a miss, never an error in the app
-            log.warning("tricache: call not cacheable (%s)", exc)
-            return None
+        with entry_options(**options):  # (a bad option is the caller's error: raised)
+            try:
+                request = self.tricache.request(
+                    conversation.query,
+                    system=conversation.system,
+                    history=conversation.history,
+                    tenant=current_tenant(),
+                    llm_key=key,
+                    query_meta=conversation.query_meta,
+                )
+                return _Call(request, conversation.semantic, self.tricache.key(request),
+                             ttl=options.get("ttl"))  # fmt: skip
+            except Exception as exc:  # an odd prompt is a miss, never an error in the app
+                log.warning("tricache: call not cacheable (%s)", exc)
+                return None
 
     def _answer(self, call: _Call, cached_of: Any, ask: Any, to_payload: Any) -> Any:
         """From the cache, else from the inner model (one call for concurrent identical
@@ -404,6 +419,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
             tokens=usage_tokens(response),
             model=self.llm.metadata.model_name,
             began=call.began,
+            ttl=call.ttl,
         )
 
     def _stored(self, call: _Call, response: Any, to_payload: Any) -> Any:

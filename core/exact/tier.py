@@ -311,6 +311,7 @@ class ExactTier:
         model: str = "",
         stamp: Stamp | None = None,
         shared: bool = True,
+        ttl: float | None = None,
     ) -> Steps[CacheEntry | None]:
         """Store an answer: the entry, or ``None`` when it is not stored (too large, or its
         versions moved while it was computed).  An L2 write that fails, or that the open
@@ -321,7 +322,7 @@ class ExactTier:
         if stamp is None and self.sync.missing(asked.tags) is not None:
             yield from self.sync.ready_steps(asked.tags)  # an update with no lookup before it
         prepared = self._prepare(
-            asked, text, payload, category, negative, tokens, model, stamp, shared
+            asked, text, payload, category, negative, tokens, model, stamp, shared, ttl
         )
         if prepared is None:
             return None
@@ -376,6 +377,7 @@ class ExactTier:
         model: str,
         stamp: Stamp | None,
         shared: bool,
+        ttl: float | None = None,
     ) -> tuple[CacheEntry, bytes, float, Stamp] | None:
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
@@ -392,7 +394,7 @@ class ExactTier:
         entry = CacheEntry(
             text, payload, category, stamp.epoch, stamp.kb, dict(stamp.tags), negative,
             tokens=tokens, model=model, started=stamp.started, shared=shared,
-            asked=asked.question[:MAX_ASKED],
+            asked=asked.question[:MAX_ASKED], ttl=ttl or 0.0,
         )  # fmt: skip
         try:
             data = encode_entry(entry)
@@ -402,10 +404,12 @@ class ExactTier:
             self.metrics.incr(TIER, "too_large")
             return None
         entry.watermark = stamp.started
-        return entry, data, self.policy.ttl(category, negative=negative), stamp
+        lifetime = ttl if ttl is not None else self.policy.ttl(category, negative=negative)
+        return entry, data, lifetime, stamp
 
     def _l1_ttl(self, entry: CacheEntry) -> float:
-        return min(self.policy.l1, self.policy.base_ttl(entry.category, negative=entry.negative))
+        lifetime = entry.ttl or self.policy.base_ttl(entry.category, negative=entry.negative)
+        return min(self.policy.l1, lifetime)
 
     # background, invalidation, eviction ----------------------------------------------------
     def upkeep(self) -> None:

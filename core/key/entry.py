@@ -44,6 +44,7 @@ class CacheEntry:
     # ``semantic=False`` (tool calls, partial answers), which only its own request may get
     shared: bool = True
     asked: str = ""  # the question it answers, as asked (at most 300 characters): for listing
+    ttl: float = 0.0  # the lifetime the caller gave it (0: its category's, the TtlPolicy's)
 
 
 def encode_entry(entry: CacheEntry) -> bytes:
@@ -64,6 +65,7 @@ def encode_entry(entry: CacheEntry) -> bytes:
             entry.started,
             entry.shared,
             entry.asked,
+            entry.ttl,
         ],
         use_bin_type=True,
         unicode_errors="surrogatepass",
@@ -78,12 +80,12 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         )
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptEntry(f"undecodable value: {exc}") from None
-    if not isinstance(fields, list) or len(fields) not in (12, 14) or fields[0] != SCHEMA_VERSION:
+    if not isinstance(fields, list) or len(fields) not in (12, 15) or fields[0] != SCHEMA_VERSION:
         raise CorruptEntry("unknown schema")
     if len(fields) == 12:  # written before ``shared``: every such entry was indexed as shared
-        fields += [True, ""]
+        fields += [True, "", 0.0]
     (_, text, payload, category, epoch, kb_version, tag_versions, negative, hits, tokens, model,
-     started, shared, asked) = fields  # fmt: skip
+     started, shared, asked, ttl) = fields  # fmt: skip
     if not (
         isinstance(text, str)
         and (category is None or isinstance(category, str))
@@ -99,11 +101,14 @@ def decode_entry(data: bytes, watermark: float) -> CacheEntry:
         and not isinstance(started, bool)
         and isinstance(shared, bool)
         and isinstance(asked, str)
+        and isinstance(ttl, float | int)
+        and not isinstance(ttl, bool)
+        and 0 <= ttl < 1e12
     ):
         raise CorruptEntry("fields of the wrong type")
     if started > 0:
         watermark = min(watermark, float(started))
     return CacheEntry(
         text, payload, category, epoch, kb_version, tag_versions, negative, hits, watermark,
-        tokens, model, float(started), shared, asked[:MAX_ASKED],
+        tokens, model, float(started), shared, asked[:MAX_ASKED], float(ttl),
     )  # fmt: skip

@@ -1,0 +1,76 @@
+"""Options of the entries written in the current context (thread or asyncio task): a TTL,
+tags and a category for calls whose code does not reach ``Cache.update`` itself (a LangChain
+chain, a LlamaIndex engine).
+
+    with entry_options(ttl=600, tags=["pricing"], category="knowledge"):
+        chain.invoke(...)   # what it caches lives 10 minutes, under the tag "pricing"
+
+Nested blocks add their tags and override the TTL and category.  The adapters also read them
+from LangChain's ``config={"metadata": {"tricache_ttl": ..., "tricache_tags": [...],
+"tricache_category": ...}}`` and LlamaIndex's ``tricache_ttl=`` … keyword arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["EntryOptions", "current_entry_options", "entry_options", "options_from"]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryOptions:
+    ttl: float | None = None  # seconds (no jitter); None: the TtlPolicy's
+    tags: tuple[str, ...] = ()
+    category: str | None = None
+
+
+_NONE = EntryOptions()
+_options: ContextVar[EntryOptions | None] = ContextVar("tricache_entry_options", default=None)
+
+
+@contextlib.contextmanager
+def entry_options(
+    *, ttl: float | None = None, tags: Iterable[str] = (), category: str | None = None
+) -> Iterator[EntryOptions]:
+    """Entries written inside the block get ``ttl``, ``tags`` and ``category``."""
+    if ttl is not None and (
+        isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
+        or ttl <= 0
+    ):  # fmt: skip
+        raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+    if isinstance(tags, str | bytes):
+        raise TypeError("tags must be a list of tags, not one string: tags=[tag]")
+    tags = tuple(tags)
+    if not all(isinstance(t, str) and t for t in tags):
+        raise TypeError("tags must be non-empty strings")
+    if category is not None and not isinstance(category, str):
+        raise TypeError("category must be a str")
+    outer = _options.get() or _NONE
+    merged = EntryOptions(
+        ttl if ttl is not None else outer.ttl,
+        tuple(dict.fromkeys((*outer.tags, *tags))),
+        category if category is not None else outer.category,
+    )
+    token = _options.set(merged)
+    try:
+        yield merged
+    finally:
+        _options.reset(token)
+
+
+def current_entry_options() -> EntryOptions:
+    return _options.get() or _NONE
+
+
+def options_from(fields: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``entry_options`` keywords from a mapping's ``tricache_ttl``, ``tricache_tags`` and
+    ``tricache_category`` (a LangChain config's metadata, LlamaIndex keyword arguments)."""
+    if not fields:
+        return {}
+    found = {name: fields.get(f"tricache_{name}") for name in ("ttl", "tags", "category")}
+    return {name: value for name, value in found.items() if value is not None}
