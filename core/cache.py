@@ -112,7 +112,9 @@ class Cache:
         self._cacheable = cacheable or is_cacheable
         self.cache_time_dependent = self.settings.exact.cache_time_dependent
         self.exact = ExactTier(
-            _open_store(self.settings.store, path) if self.settings.l2 else None,
+            _open_store(self.settings.store, path, self.settings.exact)
+            if self.settings.l2
+            else None,
             self.settings.exact,
             namespace=namespace,
             volatile_context=volatile_context,
@@ -602,6 +604,7 @@ class Cache:
             "l1_items": len(self.exact.l1),
             "l1_bytes": self.exact.l1.bytes,
             "breaker_open": self.exact.breaker.is_open,
+            "l2_evicted": getattr(self.exact.store, "evicted", 0),  # for a bounded SQLite
             "vector_index": tier.index.name if tier is not None else "none",
             "vector_replica": _replica_stats(tier),
             "warm_up_s": self.tiers.took_s,  # None while warming
@@ -713,7 +716,9 @@ def _fresh(payload: Any) -> Any:
     return payload
 
 
-def _open_store(where: Redis | L2Store | None, path: str | Path | None) -> L2Store | None:
+def _open_store(
+    where: Redis | L2Store | None, path: str | Path | None, exact: Exact
+) -> L2Store | None:
     """The configured L2 store, or ``None`` (L1 only) when SQLite cannot be opened."""
     if isinstance(where, Redis):
         try:
@@ -731,7 +736,7 @@ def _open_store(where: Redis | L2Store | None, path: str | Path | None) -> L2Sto
 
     file = Path(path) if path else data_dir() / "exact.sqlite3"
     try:
-        return SQLiteStore(file)
+        return SQLiteStore(file, max_entries=exact.max_entries, max_bytes=exact.max_bytes)
     except (OSError, sqlite3.Error) as exc:
         log.error("tricache: L2 store unavailable (%s: %s); running on L1 only", file, exc)
         return None

@@ -120,9 +120,16 @@ class Exact:
     refresh_s: float = 0.5  # how often versions are polled (pub/sub tells Redis users at once)
     cache_version: str = "1"  # change it to retire every entry (a new prompt format, say)
     cache_time_dependent: bool = False  # cache "today"/"my order" questions (exact tier only)
+    # the embedded SQLite file's bound, least recently used entries evicted beyond it (a
+    # Redis is bounded by its own maxmemory with maxmemory-policy allkeys-lru)
+    max_entries: int | None = None
+    max_bytes: int | None = None  # of stored answers (the file keeps its pages for reuse)
 
     def __post_init__(self) -> None:
         _optional("Exact", "ttl", self.ttl, TtlPolicy)
+        for name in ("max_entries", "max_bytes"):
+            if getattr(self, name) is not None:
+                _count("Exact", name, getattr(self, name), 1, 2**62)
         _count("Exact", "l1_max_items", self.l1_max_items, 0, 10**9)
         _count("Exact", "l1_max_bytes", self.l1_max_bytes, 0, 2**50)
         _flag("Exact", "bloom", self.bloom)
@@ -268,11 +275,18 @@ def resolve(
     if faq_ is not None and faq_.learn is not None and semantic_ is None:
         raise ValueError("Faq(learn=...) learns through the semantic tier: keep it on")
     l2 = store is not False and old.get("l2", True) is not False
+    where = _store(store, redis_url, old) if l2 else None
+    exact_ = replace(exact_, **by_kind[Exact])
+    if where is not None and (exact_.max_entries or exact_.max_bytes):
+        raise ValueError(
+            "Exact(max_entries=, max_bytes=) bound the embedded SQLite store; bound a Redis with"
+            " its maxmemory and maxmemory-policy allkeys-lru, a store object with its own options"
+        )
     return Resolved(
-        _store(store, redis_url, old) if l2 else None,
+        where,
         l2,
         path,
-        replace(exact_, **by_kind[Exact]),
+        exact_,
         replace(semantic_, **by_kind[Semantic]) if semantic_ is not None else None,
         replace(faq_, **by_kind[Faq]) if faq_ is not None else None,
     )

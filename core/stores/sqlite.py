@@ -36,9 +36,12 @@ CREATE TABLE IF NOT EXISTS entries (
     key TEXT NOT NULL UNIQUE,
     value BLOB NOT NULL,
     watermark REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    size INTEGER NOT NULL DEFAULT 0,  -- len(value): what max_bytes counts
+    used_at REAL NOT NULL DEFAULT 0  -- last written or read (reads land within a sweep)
 );
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries(expires_at);
+CREATE INDEX IF NOT EXISTS entries_lru ON entries(used_at, size);
 CREATE TABLE IF NOT EXISTS epochs (
     namespace TEXT PRIMARY KEY, epoch TEXT NOT NULL, seq INTEGER NOT NULL
 );
@@ -87,6 +90,11 @@ class SQLiteStore:
     Expired rows are deleted by a daemon thread every ``sweep_every`` seconds, at most
     ``sweep_batch`` rows per transaction.
 
+    ``max_entries`` and ``max_bytes`` (of stored values) bound the file, every namespace in
+    it together: the sweep evicts the least recently used entries beyond them, and a process
+    that writes a tenth of the bound wakes it early.  Reads are remembered in memory and
+    written at the next sweep, so "recently" is accurate to ``sweep_every``.
+
     Without pub/sub, other processes learn of invalidations by polling the version tables
     (the exact tier does this every ``refresh_s``).
 
@@ -107,8 +115,14 @@ class SQLiteStore:
         sweep_batch: int = 1000,
         clock: Callable[[], float] = time.time,
         label_log_length: int = 100_000,
+        max_entries: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.evicted = 0  # entries this process's sweeps evicted for the bound
+        self._touched: dict[str, float] = {}  # key → last read, until the next sweep writes it
+        self._writes = 0  # since the last sweep: a bounded file's sweeper wakes early
         self.label_log_length = label_log_length
         self._label_writes: dict[str, int] = {}  # label writes per namespace (when to trim)
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -120,6 +134,7 @@ class SQLiteStore:
         self._db = self._connect()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        _migrate(self._db)
         self._db.executescript(_SCHEMA)
         self._read_lock = threading.Lock()
         self._reader = self._connect()
@@ -130,10 +145,10 @@ class SQLiteStore:
         hold_across_fork(self, "_lock", "_read_lock")
 
     def _start_sweeper(self) -> None:
-        self._stop = threading.Event()
+        self._stop, self._nudge = threading.Event(), threading.Event()
         self._sweeper = threading.Thread(
             target=_sweep_forever,
-            args=(weakref.ref(self), self._stop, self._sweep_every),
+            args=(weakref.ref(self), self._stop, self._nudge, self._sweep_every),
             name="tricache-sqlite-sweep",
             daemon=True,
         )
@@ -171,26 +186,40 @@ class SQLiteStore:
 
     # entries -------------------------------------------------------------------------------
     def get(self, key: str) -> Record | None:
+        now = self._clock()
         rows = self._query(
-            "SELECT value, watermark FROM entries WHERE key = ? AND expires_at > ?",
-            (key, self._clock()),
+            "SELECT value, watermark FROM entries WHERE key = ? AND expires_at > ?", (key, now)
         )
-        return Record(bytes(rows[0][0]), rows[0][1]) if rows else None
+        if not rows:
+            return None
+        if len(self._touched) < _TOUCHED_MAX:
+            self._touched[key] = now
+        return Record(bytes(rows[0][0]), rows[0][1])
 
     def set(self, key: str, value: bytes, ttl: float) -> float:
         now = self._clock()
         with self._writing() as db:
             db.execute(
-                "INSERT OR REPLACE INTO entries (key, value, watermark, expires_at)"
-                " VALUES (?, ?, ?, ?)",
-                (key, value, now, now + ttl),
+                "INSERT OR REPLACE INTO entries (key, value, watermark, expires_at, size, used_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (key, value, now, now + ttl, len(value), now),
             )
+        self._writes += 1
+        bound = self.max_entries or (self.max_bytes and self.max_bytes // max(len(value), 1))
+        if bound and self._writes >= max(bound // 10, 1):
+            self._nudge.set()
         return now
 
     def sweep(self) -> int:
-        """Delete at most ``sweep_batch`` expired entries (and expired locks); how many
-        entries.  Called by the sweeper thread; one short write transaction."""
+        """Delete at most ``sweep_batch`` expired entries (and expired locks), then evict at
+        most ``sweep_batch`` least recently used ones beyond the bound; how many entries.
+        Called by the sweeper thread; short write transactions."""
         now = self._clock()
+        touched, self._touched, self._writes = self._touched, {}, 0
+        uses = [(at, key) for key, at in list(touched.items())]  # (list(): one step for the GIL)
+        if uses:
+            with self._writing() as db, _transaction(db, "IMMEDIATE"):
+                db.executemany("UPDATE entries SET used_at = max(used_at, ?) WHERE key = ?", uses)
         with self._writing() as db:
             cur = db.execute(
                 "DELETE FROM entries WHERE id IN"
@@ -202,7 +231,18 @@ class SQLiteStore:
                 "DELETE FROM stats WHERE bucket < ?", ((now - STATS_KEPT_S) // STATS_BUCKET_S,)
             )
             _sweep_points(db, now, self.sweep_batch)
-        return cur.rowcount
+        expired = cur.rowcount
+        if self.max_entries is None and self.max_bytes is None:
+            return expired
+        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            evicted = _evict(db, self.max_entries, self.max_bytes, self.sweep_batch)
+        self.evicted += evicted
+        return expired + evicted
+
+    def size(self) -> tuple[int, int]:
+        """Entries in the file and the bytes of their values (every namespace)."""
+        rows = self._query("SELECT count(*), coalesce(sum(size), 0) FROM entries")
+        return int(rows[0][0]), int(rows[0][1])
 
     # counters of every process (StatsLog) ----------------------------------------------------
     def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
@@ -523,6 +563,7 @@ class SQLiteStore:
 
     def close(self) -> None:
         self._stop.set()
+        self._nudge.set()
         if self._sweeper is not threading.current_thread():
             self._sweeper.join(timeout=1.0)
         with self._lock, self._read_lock:
@@ -530,13 +571,55 @@ class SQLiteStore:
             self._reader.close()
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a file written by an older version lacks (its entries count as used
+    long ago and as size 0 until rewritten)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+    for column in ("size INTEGER", "used_at REAL"):
+        if columns and column.split()[0] not in columns:
+            try:
+                db.execute(f"ALTER TABLE entries ADD COLUMN {column} NOT NULL DEFAULT 0")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
+
+
+def _evict(
+    db: sqlite3.Connection, max_entries: int | None, max_bytes: int | None, batch: int
+) -> int:
+    """Delete the least recently used entries beyond the bound, at most ``batch``."""
+    count, total = db.execute("SELECT count(*), coalesce(sum(size), 0) FROM entries").fetchone()
+    over_entries = max(0, count - max_entries) if max_entries is not None else 0
+    over_bytes = max(0, total - max_bytes) if max_bytes is not None else 0
+    if not over_entries and not over_bytes:
+        return 0
+    victims: list[int] = []
+    freed = 0
+    for row_id, size in db.execute(
+        "SELECT id, size FROM entries ORDER BY used_at, id LIMIT ?", (batch,)
+    ):
+        if len(victims) >= over_entries and freed >= over_bytes:
+            break
+        victims.append(row_id)
+        freed += size
+    db.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i in victims])
+    return len(victims)
+
+
 def _sweep_forever(
-    store_ref: weakref.ref[SQLiteStore], stop: threading.Event, every: float
+    store_ref: weakref.ref[SQLiteStore],
+    stop: threading.Event,
+    nudge: threading.Event,
+    every: float,
 ) -> None:
-    """Every ``every`` seconds, delete expired entries one bounded batch at a time, pausing
-    between batches so other writers get the lock.  Ends when the store is closed or
-    garbage."""
-    while not stop.wait(every):
+    """Every ``every`` seconds (or when nudged), delete expired entries and evict beyond the
+    bound one batch at a time, pausing between batches so other writers get the lock.  Ends
+    when the store is closed or garbage."""
+    while True:
+        nudge.wait(every)
+        nudge.clear()
+        if stop.is_set():
+            return
         while not stop.is_set():
             store = store_ref()
             if store is None:
@@ -552,6 +635,7 @@ def _sweep_forever(
 
 
 _SWEEP_PAUSE_S = 0.005
+_TOUCHED_MAX = 100_000  # reads remembered between sweeps (beyond: not counted as a use)
 TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader away longer rebuilds)
 
 
