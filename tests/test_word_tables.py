@@ -251,3 +251,60 @@ def test_the_guards_hold_little_memory_per_process(tmp_path: Path) -> None:
     _run(code, tmp_path / "home")  # the first process builds the tables
     grown = float(_run(code, tmp_path / "home"))
     assert grown < 50, f"the guards grew a process by {grown:.0f} MiB"
+
+
+# the tables the package ships (issue #33: the first process as fast as the later ones) -----
+def test_the_shipped_tables_are_the_ones_the_installed_sources_build(tmp_path: Path) -> None:
+    """Built afresh from this machine's jieba and English lists, every table is byte for byte
+    the shipped one; when a source changes, this fails: ``python -m
+    tricache.runtime.prebuild`` writes them again."""
+    out = _run(
+        f"""
+        from pathlib import Path
+        from tricache.runtime.prebuild import prebuild
+        for path in prebuild(Path({str(tmp_path / "fresh")!r})):
+            print(path.name)
+        """,
+        tmp_path / "home",
+    )
+    fresh = sorted(out.split())
+    shipped = sorted(p.name for p in tables.PREBUILT.glob("*.marisa"))
+    assert len(fresh) == 3 and fresh == shipped, "run: python -m tricache.runtime.prebuild"
+    for name in fresh:
+        assert (tmp_path / "fresh" / name).read_bytes() == (tables.PREBUILT / name).read_bytes()
+
+
+def test_the_first_process_on_a_machine_builds_nothing(tmp_path: Path) -> None:
+    out = _run(
+        """
+        from tricache.runtime import tables
+        from tricache.runtime.prebuild import _read_every_table
+        _read_every_table()
+        print(sorted(tables.served()), tables._built)
+        """,
+        tmp_path / "fresh-home",
+    )
+    assert out.strip() == "['english-words', 'jieba', 'lower-case-words'] []"
+    assert len(list((tmp_path / "fresh-home" / "tables").glob("*.marisa"))) == 3  # copied
+
+
+def test_a_damaged_shipped_table_is_built_instead(tmp_path: Path) -> None:
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for path in tables.PREBUILT.glob("*.marisa"):
+        data = bytearray(path.read_bytes())
+        if path.name.startswith("jieba-"):
+            data[len(data) // 2] ^= 0xFF
+        (shipped / path.name).write_bytes(bytes(data))
+    out = _run(
+        f"""
+        from pathlib import Path
+        from tricache.runtime import tables
+        tables.PREBUILT = Path({str(shipped)!r})
+        from tricache.semantic.guards.segmenter import tagger
+        cut = " ".join(p.word for p in tagger().lcut("中华人民共和国成立了"))
+        print(cut, "|", tables._built)
+        """,
+        tmp_path / "home",
+    )
+    assert out.strip() == "中华人民共和国 成立 了 | ['jieba']"
