@@ -1,15 +1,16 @@
-"""The README quotes stored results, never a hand-typed copy of them.
+"""The README and the docs quote stored results, never a hand-typed copy of them.
 
-A quoted part of README.md sits between two markers naming its source, a results file under
-benchmarks/results/ and, after ``#``, the section of it (a heading's text, lower case, words
-joined by ``-``; none: the file's first section), from its heading to the next heading:
+A quoted part of README.md or of a page under docs/ sits between two markers naming its
+source, a results file under benchmarks/results/ and, after ``#``, the section of it (a
+heading's text, lower case, words joined by ``-``; none: the file's first section), from its
+heading to the next heading:
 
     <!-- results: benchmarks/results/first_minute.md#warm-up-and-the-first-lookup -->
     ...the section, as the command that made it wrote it...
     <!-- /results -->
 
-``python benchmarks/readme_results.py`` copies every quoted section from its file again;
-``--check`` says which differ (tests/test_readme.py runs it).
+``python benchmarks/readme_results.py`` copies every quoted section from its file again, in
+every one of those files; ``--check`` says which differ (tests/test_docs.py runs it).
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 _QUOTE = re.compile(r"(<!-- results: (\S+?) -->\n)(.*?)(<!-- /results -->)", re.S)
+
+
+def files() -> list[Path]:
+    """README.md and every Markdown page under docs/: the files that may quote results."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
 
 
 def section(source: str) -> str:
@@ -48,7 +55,7 @@ def _slug(heading: str) -> str:
 
 
 def quoted(text: str) -> str:
-    """``text`` (a README) with every quoted section copied again from its source."""
+    """``text`` (a README or a page) with every quoted section copied again from its source."""
     return _QUOTE.sub(lambda m: m.group(1) + section(m.group(2)) + m.group(4), text)
 
 
@@ -61,13 +68,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="say what differs; change nothing")
     args = parser.parse_args()
-    text = README.read_text(encoding="utf-8")
-    if args.check:
-        differ = stale(text)
-        for source in differ:
-            print(f"README.md quotes {source} differently from the file")
-        sys.exit(1 if differ else 0)
-    README.write_text(quoted(text), encoding="utf-8")
+    differ = 0
+    for path in files():
+        text = path.read_text(encoding="utf-8")
+        name = path.relative_to(ROOT).as_posix()
+        if args.check:
+            for source in stale(text):
+                print(f"{name} quotes {source} differently from the file")
+                differ += 1
+        elif (new := quoted(text)) != text:
+            path.write_text(new, encoding="utf-8")
+            print(f"{name}: quotes copied again")
+    sys.exit(1 if differ else 0)
 
 
 if __name__ == "__main__":

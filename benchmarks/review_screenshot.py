@@ -1,5 +1,5 @@
-"""The README's screenshot of ``tricache review``: a cache with a few decisions (served,
-refused, skipped), the page served on loopback, headless Chromium.
+"""The screenshot of ``tricache review`` in docs/operations.md: a cache with a few decisions
+(served, refused, skipped), the page served on loopback, headless Chromium.
 
     python benchmarks/review_screenshot.py      # writes docs/img/review.png
 """

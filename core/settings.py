@@ -121,7 +121,8 @@ class Exact:
     cache_version: str = "1"  # change it to retire every entry (a new prompt format, say)
     cache_time_dependent: bool = False  # cache "today"/"my order" questions (exact tier only)
     # the embedded SQLite file's bound, least recently used entries evicted beyond it (a
-    # Redis is bounded by its own maxmemory with maxmemory-policy allkeys-lru)
+    # Redis is bounded by its own maxmemory, with a volatile-* policy: entries carry a TTL,
+    # the versions that keep them fresh do not and must never be evicted)
     max_entries: int | None = None
     max_bytes: int | None = None  # of stored answers (the file keeps its pages for reuse)
 
@@ -280,7 +281,8 @@ def resolve(
     if where is not None and (exact_.max_entries or exact_.max_bytes):
         raise ValueError(
             "Exact(max_entries=, max_bytes=) bound the embedded SQLite store; bound a Redis with"
-            " its maxmemory and maxmemory-policy allkeys-lru, a store object with its own options"
+            " its maxmemory and maxmemory-policy volatile-lru (never allkeys-*: it would evict"
+            " the versions), a store object with its own options"
         )
     return Resolved(
         where,

@@ -1,4 +1,4 @@
-"""Never slow, never stuck: the promises of README "When a store is down" and "Warm-up",
+"""Never slow, never stuck: the promises of docs/operations.md ("Never slow", "Warm-up"),
 attacked — a cold process, a fork after use, a hung store, and the event loop watched by
 blockbuster (any blocking call on it raises)."""
 
@@ -257,7 +257,7 @@ print(cache.lookup(request), cache.update(request, "Settings > Security."), flus
 def test_a_script_ends_during_a_warm_up_against_a_hung_redis(
     paused_redis: RedisServer, tmp_path: Path
 ) -> None:
-    """README: an exit waits for the warm-up step under way.  Against a Redis that hangs
+    """docs/operations.md: an exit waits for the warm-up step under way.  Against a Redis that hangs
     (SIGSTOP), that step's store calls time out: the exit comes, and cleanly."""
     assert paused_redis.process is not None
     os.kill(paused_redis.process.pid, signal.SIGSTOP)

@@ -1,7 +1,7 @@
 """Red team of the semantic tier in every worker (issue #17): the store's change log and points
 written by someone else, caches made and dropped, and processes that share one store.
 
-Each test is one way found to break a promise of README "Deployment shapes" or
+Each test is one way found to break a promise of docs/deployment.md or
 docs/security.md; real Redis servers, SQLite files and processes, no mocked store.
 """
 
