@@ -18,8 +18,9 @@ from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 
 from langchain_tricache import TriCache, with_tricache
 from llama_index_tricache import TriCacheLLM
-from tests.oracles import ChatOracle, LlamaOracle
 from tricache import Cache, entry_options
+
+from oracles import ChatOracle, LlamaOracle
 
 pytestmark = pytest.mark.usefixtures("redis_client")
 
