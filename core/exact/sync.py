@@ -106,7 +106,9 @@ class VersionSync:
             for _ in range(_POLLS_PER_REFRESH):
                 asked, (epoch, after) = (time.time(), time.monotonic()), self.view.position()
                 try:
-                    state = yield Call(store, "poll", self.namespace, epoch, after, names or ())
+                    state = yield Call(
+                        store.poll, store.apoll, self.namespace, epoch, after, names or ()
+                    )
                 except DamagedState as exc:
                     self._restart_epoch(exc.epoch, str(exc))
                     continue

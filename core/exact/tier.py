@@ -125,10 +125,11 @@ class ExactTier:
             self.misses.record(key, UNFIT)
             return None
         hit = self._from_l1(key)
-        if hit is not None or not self._should_read_l2(key, reachable):
+        store = self.store
+        if hit is not None or store is None or not self._should_read_l2(key, reachable):
             return self._settled(key, tags, hit)
         try:
-            record = yield Call(self.store, "get", key)
+            record = yield Call(store.get, store.aget, key)
         except Exception as exc:
             self.link.failed("read", exc)
             return self._settled(key, tags, None)
@@ -327,10 +328,10 @@ class ExactTier:
         if prepared is None:
             return None
         entry, data, ttl, stamp = prepared
-        key = asked.key
-        if self._may_write():
+        key, store = asked.key, self.store
+        if store is not None and self._may_write():
             try:
-                written = yield Call(self.store, "set", key, data, ttl)
+                written = yield Call(store.set, store.aset, key, data, ttl)
                 self.breaker.success()
             except Exception as exc:
                 self.link.failed("write", exc)
