@@ -8,8 +8,10 @@ The public surface::
     req = cache.request("How do I reset my password?", system="You are a helpdesk bot.")
     if (hit := cache.lookup(req)) is None:
         cache.update(req, call_the_llm(req))
+    # or the whole flow (coalescing, the reuse rule, streams): flow.py, cache.answer(...)
 
-Where to look: ``cache.py`` (the lookup order and the admin verbs), ``tiers.py`` (opening the
+Where to look: ``cache.py`` (the lookup order and the admin verbs), ``flow.py`` (the flow
+around a model call every adapter runs), ``tiers.py`` (opening the
 semantic tier and the FAQ), ``key/`` (what makes a key), ``exact/``, ``semantic/``, ``faq/``,
 ``kv/`` (the tiers), ``stores/`` (SQLite, Redis), ``settings.py`` (every option and default).
 """
@@ -21,6 +23,7 @@ from .exact.coalesce import Coalescer
 from .exact.link import StoreUnavailable
 from .exact.policy import TtlPolicy
 from .exact.versions import Stamp
+from .flow import Answer, Outcome, Reuse
 from .hit import Hit
 from .key.entry import CacheEntry
 from .key.options import entry_options
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Answer",
     "Cache",
     "CacheEntry",
     "CacheRequest",
@@ -47,9 +51,11 @@ __all__ = [
     "Hit",
     "Learn",
     "Metrics",
+    "Outcome",
     "Qdrant",
     "Redis",
     "Reranker",
+    "Reuse",
     "Semantic",
     "Stamp",
     "StoreUnavailable",

@@ -21,10 +21,10 @@ import re
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 
@@ -34,6 +34,18 @@ from .exact.tier import ExactHit, ExactTier, StoreUnavailable
 from .exact.upkeep import Upkeep
 from .exact.versions import Stamp
 from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
+from .flow import (
+    Answer,
+    Outcome,
+    Reuse,
+    answer_steps,
+    arecording,
+    cached_steps,
+    opened,
+    recording,
+    reuse,
+    store_steps,
+)
 from .hit import Hit
 from .key.asked import Asked, ask
 from .key.entry import CacheEntry
@@ -43,7 +55,7 @@ from .ops.ledger import FLUSH_S, Ledger, summary
 from .ops.metrics import Metrics, failed
 from .runtime.exit import on_exit
 from .runtime.home import data_dir
-from .runtime.steps import Off, Steps, arun, run
+from .runtime.steps import Call, Off, Steps, arun, run
 from .semantic.guards.cacheable import is_cacheable
 from .semantic.guards.canonical import canonical
 from .settings import Exact, Faq, Redis, Semantic, resolve
@@ -57,6 +69,9 @@ if TYPE_CHECKING:
 __all__ = ["Cache", "Entry", "Hit"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+C = TypeVar("C")
 
 
 class Cache:
@@ -203,8 +218,10 @@ class Cache:
         return await arun(self._lookup(request, semantic))
 
     def _lookup(self, request: CacheRequest, semantic: bool) -> Steps[Hit | None]:
-        """The lookup, once for both: analysed, then exact → semantic → FAQ."""
-        asked = self._ask(request)
+        return self.lookup_steps(self.asked(request), semantic)
+
+    def lookup_steps(self, asked: Asked, semantic: bool) -> Steps[Hit | None]:
+        """The lookup, once for both: exact → semantic → FAQ (steps: ``runtime/steps.py``)."""
         self.metrics.incr("requests", "lookups")
         if not self._may_cache(asked):  # curated answers only
             if not semantic:
@@ -342,7 +359,7 @@ class Cache:
         taken right after the lookup."""
         fields = dict(category=category, negative=negative, tokens=tokens, model=model,
                       stamp=began, shared=semantic and not negative, ttl=_ttl(ttl))  # fmt: skip
-        return run(self._update(request, text, payload, semantic, fields))
+        return run(self.update_steps(self.asked(request), text, payload, semantic, fields))
 
     async def aupdate(
         self,
@@ -361,13 +378,12 @@ class Cache:
         """``update`` from async code: store calls awaited, indexing in a thread."""
         fields = dict(category=category, negative=negative, tokens=tokens, model=model,
                       stamp=began, shared=semantic and not negative, ttl=_ttl(ttl))  # fmt: skip
-        return await arun(self._update(request, text, payload, semantic, fields))
+        return await arun(self.update_steps(self.asked(request), text, payload, semantic, fields))
 
-    def _update(
-        self, request: CacheRequest, text: str, payload: Any, semantic: bool, fields: dict[str, Any]
+    def update_steps(
+        self, asked: Asked, text: str, payload: Any, semantic: bool, fields: dict[str, Any]
     ) -> Steps[bool]:
-        """The update, once for both: analysed, written to the exact tier, then indexed."""
-        asked = self._ask(request)
+        """The update, once for both: written to the exact tier, then indexed."""
         if not self._may_cache(asked):
             return False
         try:
@@ -392,6 +408,123 @@ class Cache:
             tier.learning.answered(asked.key, text, asked.request.query[:MAX_QUESTION_CHARS])
         else:
             tier.learning.forget(asked.key)
+
+    # one model call, the whole flow (flow.py) ------------------------------------------------
+    def answer(
+        self,
+        request: CacheRequest,
+        ask: Callable[[], T],
+        convert: Callable[[T], Answer],
+        served: Callable[[Hit], T | None],
+        *,
+        semantic: bool = True,
+        coalescer: Coalescer | None = None,
+        ttl: float | None = None,
+        category: str | None = None,
+    ) -> Outcome[T]:
+        """The cached answer for ``request`` (``served(hit)``: the framework's answer; ``None``
+        when it cannot read it), else what ``ask()`` (the model) returned, stored as
+        ``flow.reuse`` allows (``convert`` says what it is as an ``Answer``).  With a
+        ``coalescer``, concurrent identical misses make one call.  Never raises for store
+        trouble; what ``ask`` raises propagates, and nothing is stored."""
+        steps = answer_steps(self, request, Call(ask, _unused), convert, served,
+                             semantic=semantic, coalescer=coalescer, ttl=_ttl(ttl),
+                             category=category)  # fmt: skip
+        return run(steps)
+
+    async def aanswer(
+        self,
+        request: CacheRequest,
+        ask: Callable[[], Awaitable[T]],
+        convert: Callable[[T], Answer],
+        served: Callable[[Hit], T | None],
+        *,
+        semantic: bool = True,
+        coalescer: Coalescer | None = None,
+        ttl: float | None = None,
+        category: str | None = None,
+    ) -> Outcome[T]:
+        """``answer`` from async code (``ask`` a coroutine function)."""
+        steps = answer_steps(self, request, Call(_unused, ask), convert, served,
+                             semantic=semantic, coalescer=coalescer, ttl=_ttl(ttl),
+                             category=category)  # fmt: skip
+        return await arun(steps)
+
+    def stream(
+        self,
+        request: CacheRequest,
+        open_stream: Callable[[], Iterable[C]],
+        combine: Callable[[Sequence[C]], Answer],
+        replay: Callable[[Hit], Iterator[C] | None],
+        *,
+        semantic: bool = True,
+        ttl: float | None = None,
+        category: str | None = None,
+    ) -> Outcome[Iterator[C]]:
+        """A hit replayed as the framework's stream (``replay``), else the model's stream
+        (``open_stream()``) passed through and stored once complete (``combine`` makes the
+        ``Answer`` of its chunks)."""
+        asked = self.asked(request)
+        found = run(cached_steps(self, asked, replay, semantic))
+        if found is not None:
+            return found
+        options = dict(semantic=semantic, began=self.exact.began(asked.key), ttl=_ttl(ttl),
+                       category=category)  # fmt: skip
+        return Outcome(recording(self, asked, open_stream(), combine, options), None)
+
+    async def astream(
+        self,
+        request: CacheRequest,
+        open_stream: Callable[[], Awaitable[AsyncIterator[C]] | AsyncIterator[C]],
+        combine: Callable[[Sequence[C]], Answer],
+        replay: Callable[[Hit], AsyncIterator[C] | None],
+        *,
+        semantic: bool = True,
+        ttl: float | None = None,
+        category: str | None = None,
+    ) -> Outcome[AsyncIterator[C]]:
+        """``stream`` from async code (``open_stream`` returns an async iterator, or a
+        coroutine that makes one)."""
+        asked = self.asked(request)
+        found = await arun(cached_steps(self, asked, replay, semantic))
+        if found is not None:
+            return found
+        options = dict(semantic=semantic, began=self.exact.began(asked.key), ttl=_ttl(ttl),
+                       category=category)  # fmt: skip
+        stream = await opened(open_stream())
+        return Outcome(arecording(self, asked, stream, combine, options), None)
+
+    def update_answer(
+        self,
+        request: CacheRequest,
+        answer: Answer,
+        *,
+        semantic: bool = True,
+        ttl: float | None = None,
+        began: Stamp | None = None,
+        rule: Callable[[Answer], Reuse] = reuse,
+    ) -> bool:
+        """Store what the model answered, as ``rule`` (``flow.reuse``) allows (``update``
+        stores what it is given): for an adapter whose framework drives the call (LangChain's
+        ``BaseCache``)."""
+        steps = store_steps(self, self.asked(request), answer, _same, semantic=semantic,
+                            began=began, ttl=_ttl(ttl), rule=rule)  # fmt: skip
+        return run(steps)
+
+    async def aupdate_answer(
+        self,
+        request: CacheRequest,
+        answer: Answer,
+        *,
+        semantic: bool = True,
+        ttl: float | None = None,
+        began: Stamp | None = None,
+        rule: Callable[[Answer], Reuse] = reuse,
+    ) -> bool:
+        """``update_answer`` from async code."""
+        steps = store_steps(self, self.asked(request), answer, _same, semantic=semantic,
+                            began=began, ttl=_ttl(ttl), rule=rule)  # fmt: skip
+        return await arun(steps)
 
     def began(self, request: CacheRequest) -> Stamp | None:
         """The versions the last miss of ``request`` began under, in this thread or task (see
@@ -648,8 +781,8 @@ class Cache:
         self.close()
 
     # helpers -------------------------------------------------------------------------------
-    def _ask(self, request: CacheRequest) -> Asked:
-        """``request`` checked and analysed, once per lookup or update."""
+    def asked(self, request: CacheRequest) -> Asked:
+        """``request`` checked and analysed: once per lookup or update, or per ``answer``."""
         self._check(request)
         return ask(request, self.exact.key(request))
 
@@ -694,6 +827,14 @@ class Entry:
         return cls(key, entry.asked, entry.text, entry.category, tuple(sorted(entry.tag_versions)),
                    entry.watermark, entry.shared and not entry.negative, entry.tokens,
                    entry.model)  # fmt: skip
+
+
+def _same(answer: Answer) -> Answer:
+    return answer
+
+
+def _unused(*args: Any) -> Any:
+    raise AssertionError("the other runner's call")  # (Call needs both; one runs)
 
 
 def _ttl(ttl: float | None) -> float | None:

@@ -1,0 +1,219 @@
+"""The flow around a model call, written once for every adapter.
+
+    out = cache.answer(request, ask, convert, served)  # out.answer; out.hit (None: the model)
+
+looks the request up (``served`` turns a hit into the framework's answer); on a miss takes the
+coalescing turn (one call for concurrent identical misses: threads, coroutines, other
+processes), asks the model, judges whether its answer may be reused (``reuse``: one rule for
+every framework) and stores it under the versions its miss began with.  ``cache.stream(request,
+open_stream, combine, replay)`` does the same for a stream: a hit replayed, or the model's
+chunks passed through and the whole stored once the stream completed.
+
+The flow is steps (``runtime/steps.py``): ``Cache.answer`` and ``Cache.aanswer`` run the same
+body, blocking or awaited.  An adapter only converts — its framework's call into a
+``CacheRequest``, the model's answer into an ``Answer``, a ``Hit`` into its framework's
+answer — and says which tier answered.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+
+from .exact.coalesce import Coalescer
+from .exact.versions import Stamp
+from .hit import Hit
+from .key.asked import Asked
+from .runtime.steps import Call, Enter, Steps, arun, run
+
+if TYPE_CHECKING:
+    from .cache import Cache
+
+__all__ = ["Answer", "Outcome", "Reuse", "reuse"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A model's answer as the cache keeps it: what an adapter makes of its framework's."""
+
+    text: str
+    payload: Any = None  # what a hit gives back to the adapter (MessagePack-able)
+    finish: str | None = None  # the provider's finish or stop reason, as it reported it
+    tool_calls: bool = False  # it asks for tools to be called
+    tokens: int = 0  # what it cost
+    model: str = ""
+
+
+class Outcome(NamedTuple, Generic[T]):
+    """What a call got: the framework's answer, and the hit that served it (``None``: the
+    model answered)."""
+
+    answer: T
+    hit: Hit | None
+
+
+class Reuse(enum.Enum):
+    """Who may be served an answer."""
+
+    NEVER = "never"  # not stored: asked again next time
+    SAME_REQUEST = "same request"  # that very request only
+    LOOK_ALIKES = "look-alikes"  # also questions the semantic tier finds the same
+
+
+# Finish reasons, as providers spell them (OpenAI, Anthropic, Gemini, Bedrock, Cohere, Mistral,
+# Ollama, vLLM, llama.cpp): a complete answer; one cut short; one the provider withheld or
+# failed.  Any other reason is unknown: served to the same request only.
+FINISHED = frozenset({None, "", "stop", "end_turn", "stop_sequence", "STOP", "eos", "COMPLETE",
+                      "complete", "FINISH_REASON_STOP", "end"})  # fmt: skip
+CUT_OFF = frozenset({"length", "max_tokens", "MAX_TOKENS", "model_length", "LENGTH"})
+FAILED = frozenset({"content_filter", "safety", "SAFETY", "recitation", "RECITATION", "error",
+                    "ERROR", "blocklist", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "refusal",
+                    "guardrail_intervened", "MALFORMED_FUNCTION_CALL", "ERROR_TOXIC",
+                    "content_filtered"})  # fmt: skip
+
+
+def reuse(answer: Answer) -> Reuse:
+    """Who may be served ``answer``: the one rule, for every adapter.
+
+    Never stored: an empty answer (no text, no tool call), one the provider withheld or that
+    failed (a content filter, a safety stop, an error), one that is not a string.  The same
+    request only: tool calls (they act on this very conversation), answers cut short by a
+    token limit (the same limit cuts them the same way), an unknown finish reason, and
+    refusals or error messages in the text (right for that question, not for its look-alikes).
+    Everything else may also answer look-alikes."""
+    from .semantic.answers import boilerplate  # (numpy: loaded with the first answer)
+
+    if not isinstance(answer.text, str):
+        return Reuse.NEVER
+    finish = answer.finish if isinstance(answer.finish, str) or answer.finish is None else "?"
+    if finish in FAILED or (not answer.text.strip() and not answer.tool_calls):
+        return Reuse.NEVER
+    if answer.tool_calls or finish not in FINISHED or boilerplate(answer.text):
+        return Reuse.SAME_REQUEST
+    return Reuse.LOOK_ALIKES
+
+
+# the flow, once ---------------------------------------------------------------------------------
+def answer_steps(
+    cache: Cache,
+    request: Any,
+    ask: Call[T],
+    convert: Callable[[T], Answer],
+    served: Callable[[Hit], T | None],
+    *,
+    semantic: bool,
+    coalescer: Coalescer | None,
+    ttl: float | None,
+    category: str | None = None,
+) -> Steps[Outcome[T]]:
+    """A hit, else the model's answer (``ask``), stored as ``reuse`` allows."""
+    asked = cache.asked(request)
+    found = yield from cached_steps(cache, asked, served, semantic)
+    if found is not None:
+        return found
+    began = cache.exact.began(asked.key)
+    if coalescer is not None:
+        leader = yield Enter(coalescer.turn, coalescer.aturn, asked.key)
+        if not leader:  # another caller answered meanwhile, or gave up
+            found = yield from cached_steps(cache, asked, served, semantic)
+            if found is not None:
+                return found
+            began = cache.exact.began(asked.key)
+    produced = yield ask
+    yield from store_steps(cache, asked, produced, convert, semantic=semantic, began=began,
+                           ttl=ttl, category=category)  # fmt: skip
+    return Outcome(produced, None)
+
+
+def cached_steps(
+    cache: Cache, asked: Asked, served: Callable[[Hit], T | None], semantic: bool
+) -> Steps[Outcome[T] | None]:
+    """The framework's answer from the cache, or ``None``: a miss, a hit that does not fit
+    (``served`` returned ``None``), or one the adapter cannot read (``served`` raised: valid
+    MessagePack, not a payload of its own; counted as corrupt)."""
+    hit = yield from cache.lookup_steps(asked, semantic)
+    if hit is None:
+        return None
+    try:
+        answer = served(hit)
+    except Exception as exc:  # never an error in the app: the model answers instead
+        log.warning("tricache: cached value unreadable (%s: %s)", type(exc).__name__, exc)
+        cache.metrics.incr("exact", "corrupt")
+        return None
+    return Outcome(answer, hit) if answer is not None else None
+
+
+def store_steps(
+    cache: Cache,
+    asked: Asked,
+    produced: T,
+    convert: Callable[[T], Answer],
+    *,
+    semantic: bool,
+    began: Stamp | None,
+    ttl: float | None,
+    category: str | None = None,
+    rule: Callable[[Answer], Reuse] = reuse,
+) -> Steps[bool]:
+    """Store what the model answered, as ``rule`` allows; ``False`` when not stored."""
+    try:
+        answer = convert(produced)
+    except Exception as exc:  # an answer the adapter cannot read: passed on, not stored
+        log.warning("tricache: answer not stored (%s: %s)", type(exc).__name__, exc)
+        return False
+    allowed = rule(answer)
+    if allowed is Reuse.NEVER:
+        cache.metrics.incr("exact", "not_reusable")
+        return False
+    shared = semantic and allowed is Reuse.LOOK_ALIKES
+    fields = dict(category=category, negative=False, tokens=answer.tokens, model=answer.model,
+                  stamp=began, shared=shared, ttl=ttl)  # fmt: skip
+    return (yield from cache.update_steps(asked, answer.text, answer.payload, shared, fields))
+
+
+def recording(
+    cache: Cache,
+    asked: Asked,
+    chunks: Iterable[C],
+    combine: Callable[[Sequence[C]], Answer],
+    options: dict[str, Any],
+) -> Iterator[C]:
+    """The model's chunks, passed through as they come; once the stream completed (not when
+    it raised or was left unfinished), ``combine(chunks)`` is stored."""
+    seen: list[C] = []
+    for chunk in chunks:
+        seen.append(chunk)
+        yield chunk
+    if seen:
+        run(store_steps(cache, asked, seen, combine, **options))
+
+
+async def arecording(
+    cache: Cache,
+    asked: Asked,
+    chunks: AsyncIterator[C],
+    combine: Callable[[Sequence[C]], Answer],
+    options: dict[str, Any],
+) -> AsyncIterator[C]:
+    """``recording`` for an async stream."""
+    seen: list[C] = []
+    async for chunk in chunks:
+        seen.append(chunk)
+        yield chunk
+    if seen:
+        await arun(store_steps(cache, asked, seen, combine, **options))
+
+
+async def opened(stream: Awaitable[AsyncIterator[C]] | AsyncIterator[C]) -> AsyncIterator[C]:
+    """An async stream, whether the framework returns it or a coroutine that makes it."""
+    if isinstance(stream, Awaitable):
+        return await stream
+    return stream
