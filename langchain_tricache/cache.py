@@ -12,20 +12,19 @@ from langchain_core.caches import BaseCache
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache import Cache, CacheRequest, Hit
+from tricache import Answer, Cache, CacheRequest, Hit, Reuse
+from tricache.flow import reuse
 from tricache.key.options import entry_options
 from tricache.key.tenancy import current_tenant, tenant
 from tricache.verbs import CacheVerbs
 
 from .convert import (
+    answer_of,
     chain_options,
     generations_from_payload,
     llm_key,
     model_name,
     parse_prompt,
-    payload_from_generations,
-    servable_to_look_alikes,
-    usage_tokens,
 )
 
 __all__ = ["TriCache", "current_tenant", "tenant"]
@@ -82,11 +81,10 @@ class TriCache(CacheVerbs, BaseCache):
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
-            request, text, payload, semantic = stored
-            self.tricache.update(
-                request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
-                model=model_name(llm_string), ttl=chain_options().get("ttl"),
-            )  # fmt: skip
+            request, answer, semantic = stored
+            ttl = chain_options().get("ttl")
+            self.tricache.update_answer(request, answer, semantic=semantic, ttl=ttl,
+                                        rule=self._rule)  # fmt: skip
 
     def clear(self, **kwargs: Any) -> None:
         self.tricache.clear()
@@ -102,11 +100,10 @@ class TriCache(CacheVerbs, BaseCache):
     async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
-            request, text, payload, semantic = stored
-            await self.tricache.aupdate(
-                request, text, payload, semantic=semantic, tokens=usage_tokens(return_val),
-                model=model_name(llm_string), ttl=chain_options().get("ttl"),
-            )  # fmt: skip
+            request, answer, semantic = stored
+            await self.tricache.aupdate_answer(request, answer, semantic=semantic,
+                                               ttl=chain_options().get("ttl"),
+                                               rule=self._rule)  # fmt: skip
 
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.tricache.clear)
@@ -141,14 +138,21 @@ class TriCache(CacheVerbs, BaseCache):
 
     def _stored(
         self, prompt: str, llm_string: str, generations: Sequence[Generation]
-    ) -> tuple[CacheRequest, str, dict[str, Any], bool] | None:
+    ) -> tuple[CacheRequest, Answer, bool] | None:
+        """What LangChain asks to store: the request, the answer, and whether look-alikes
+        may be served it (``Cache.update_answer`` then applies the reuse rule, ``_rule``)."""
         request, semantic = self._request(prompt, llm_string)
         if request is None or not generations:
             return None
-        text = "".join(g.text for g in generations)
-        payload = payload_from_generations(generations)
-        servable = self.tool_calls_to_look_alikes or servable_to_look_alikes(generations)
-        return request, text, payload, semantic and servable
+        return request, answer_of(generations, model_name(llm_string)), semantic
+
+    def _rule(self, answer: Answer) -> Reuse:
+        """``tricache.flow.reuse``; with ``tool_calls_to_look_alikes``, tool calls it stores
+        answer look-alikes too."""
+        allowed = reuse(answer)
+        if self.tool_calls_to_look_alikes and answer.tool_calls and allowed is not Reuse.NEVER:
+            return Reuse.LOOK_ALIKES
+        return allowed
 
     def _generations(self, hit: Hit | None, chat: bool) -> list[Generation] | None:
         """A hit as fresh LangChain generations tagged with the tier; ``None`` for a miss."""

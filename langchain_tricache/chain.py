@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.documents import Document
@@ -33,7 +34,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializa
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
-from tricache import Cache, CacheRequest, Hit
+from tricache import Answer, Cache, CacheRequest, Hit
 from tricache.key.options import entry_options, options_from
 from tricache.key.request import context_token
 from tricache.verbs import CacheVerbs
@@ -55,7 +56,6 @@ _ALLOWED: list[type[Serializable]] = [
     Document,
 ]
 _QUESTION_FIELDS = ("question", "query", "input")
-_MISSING = object()
 
 
 class CachedRunnable(RunnableSerializable[Any, Any]):
@@ -93,27 +93,20 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         request, semantic = self._request(input, config, kwargs)
-        if request is not None:
-            cached = self._served(self.tricache.lookup(request, semantic=semantic))
-            if cached is not _MISSING:
-                return cached
-        output = self.runnable.invoke(input, config, **kwargs)
-        if request is not None and (encoded := _encode(output)) is not None:
-            self.tricache.update(request, _text(output), encoded, category=self.category,
-                                 semantic=semantic, ttl=_ttl_of(config))  # fmt: skip
-        return output
+        ask = partial(self.runnable.invoke, input, config, **kwargs)
+        if request is None:
+            return ask()
+        return self.tricache.answer(request, ask, _answer, _served, semantic=semantic,
+                                    ttl=_ttl_of(config), category=self.category).answer  # fmt: skip
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         request, semantic = self._request(input, config, kwargs)
-        if request is not None:
-            cached = self._served(await self.tricache.alookup(request, semantic=semantic))
-            if cached is not _MISSING:
-                return cached
-        output = await self.runnable.ainvoke(input, config, **kwargs)
-        if request is not None and (encoded := _encode(output)) is not None:
-            await self.tricache.aupdate(request, _text(output), encoded, category=self.category,
-                                        semantic=semantic, ttl=_ttl_of(config))  # fmt: skip
-        return output
+        ask = partial(self.runnable.ainvoke, input, config, **kwargs)
+        if request is None:
+            return await ask()
+        out = await self.tricache.aanswer(request, ask, _answer, _served, semantic=semantic,
+                                          ttl=_ttl_of(config), category=self.category)  # fmt: skip
+        return out.answer
 
     def _request(
         self, input: Any, config: RunnableConfig | None, kwargs: dict[str, Any]
@@ -138,18 +131,6 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
                 tags=self.tags_for_entries,
             )
         return request, self.semantic and question is not None
-
-    def _served(self, hit: Hit | None) -> Any:
-        """A hit's output; ``_MISSING`` for a miss (an unreadable payload is counted as
-        corrupt)."""
-        if hit is None or hit.tier == "faq":  # a curated text answer does not fit a chain
-            return _MISSING
-        try:
-            return _decode(hit.payload)
-        except Exception as exc:  # valid MessagePack, not an output we wrote
-            self.tricache.metrics.incr("exact", "corrupt")
-            log.warning("tricache: cached value is not a chain output (%s)", exc)
-            return _MISSING
 
 
 def with_tricache(
@@ -234,6 +215,21 @@ def _input_part(obj: Any) -> Any:
 
 
 # output ⇄ payload ----------------------------------------------------------------------------
+def _answer(output: Any) -> Answer:
+    """A chain's output as the cache keeps it; one that would not come back equal keeps
+    nothing (an empty answer: not stored)."""
+    encoded = _encode(output) if output is not None else None
+    if encoded is None:
+        return Answer("")
+    return Answer(_text(output), encoded, tool_calls=bool(getattr(output, "tool_calls", None)))
+
+
+def _served(hit: Hit) -> Any:
+    """A hit's output (``None``: a curated FAQ answer, whose text does not fit a chain);
+    raises for a payload this adapter did not write."""
+    return None if hit.tier == "faq" else _decode(hit.payload)
+
+
 def _encode(output: Any) -> dict[str, Any] | None:
     """Plain JSON data, or LangChain's own serialization of messages and documents; ``None``
     for an output that would not come back equal (it is not cached)."""

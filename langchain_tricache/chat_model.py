@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from langchain_core.callbacks import (
@@ -50,16 +51,17 @@ from langchain_core.tracers._streaming import (
 )
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
+from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
 from tricache.key.conversation import stream_pieces
 from tricache.verbs import CacheVerbs
 
-from .cache import current_tenant, served
+from .cache import current_tenant
 from .convert import (
+    finish_reason,
+    generations_from_payload,
     llm_key,
     parse_messages,
     payload_from_generations,
-    servable_to_look_alikes,
     usage_tokens,
 )
 
@@ -115,18 +117,19 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
-        config = _inner_config()
         request, semantic = self._request(messages, call)
+
+        def ask() -> AIMessage:
+            self._curated(request)
+            return _as_message(self.inner.invoke(messages, _inner_config(), **call))
+
         if request is None:
-            return _fresh(_as_message(self.inner.invoke(messages, config, **call)))
-        cached = self._from_cache(request, semantic)
-        if cached is not None:
-            return cached
-        with self._coalescer.turn(self.tricache.key(request)) as leader:
-            if not leader and (cached := self._from_cache(request, semantic)) is not None:
-                return cached
-            message = self.inner.invoke(messages, config, **call)
-            return self._store(request, semantic, _as_message(message))
+            return _result(Outcome(ask(), None))
+        try:
+            return _result(self.tricache.answer(request, ask, _answer, _served,
+                                                **self._options(semantic)))  # fmt: skip
+        except _Curated as curated:
+            return curated.result
 
     def _stream(
         self,
@@ -137,20 +140,20 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         call = _call_args(stop, kwargs)
         request, semantic = self._request(messages, call)
-        cached = self._from_cache(request, semantic) if request is not None else None
-        if cached is not None:
-            yield from _replay(cached.generations[0])
-            return
-        began = self.tricache.began(request) if request is not None else None  # see _store
-        total: AIMessageChunk | None = None
         # LangChain reports each chunk this yields (``on_llm_new_token``): reporting it here
         # too, or letting the wrapped model report it to the same handlers, doubles it.
-        for chunk in self.inner.stream(messages, _inner_config(), **call):
-            piece = _as_chunk(chunk)
-            total = piece if total is None else total + piece
-            yield ChatGenerationChunk(message=piece)
-        if total is not None and request is not None:  # complete (a stream that raised is not)
-            self._store(request, semantic, _from_chunk(total), began)
+        chunks = partial(self.inner.stream, messages, _inner_config(), **call)
+        if request is None:
+            yield from _said_stream(Outcome(map(_as_chunk, chunks()), None))
+            return
+        try:
+            self._curated(request, semantic)
+        except _Curated as curated:
+            yield from _replay(curated.result.generations[0], {"tier": "faq"})
+            return
+        out = self.tricache.stream(request, lambda: map(_as_chunk, chunks()), _chunks_answer,
+                                   _replayed, semantic=semantic)  # fmt: skip
+        yield from _said_stream(out)
 
     # async ---------------------------------------------------------------------------------
     async def _agenerate(
@@ -161,18 +164,20 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
-        config = _inner_config()
         request, semantic = self._request(messages, call)
+
+        async def ask() -> AIMessage:
+            self._curated(request)
+            return _as_message(await self.inner.ainvoke(messages, _inner_config(), **call))
+
         if request is None:
-            return _fresh(_as_message(await self.inner.ainvoke(messages, config, **call)))
-        cached = await self._afrom_cache(request, semantic)
-        if cached is not None:
-            return cached
-        async with self._coalescer.aturn(self.tricache.key(request)) as leader:
-            if not leader and (cached := await self._afrom_cache(request, semantic)) is not None:
-                return cached
-            message = await self.inner.ainvoke(messages, config, **call)
-            return await self._astore(request, semantic, _as_message(message))
+            return _result(Outcome(await ask(), None))
+        try:
+            out = await self.tricache.aanswer(request, ask, _answer, _served,
+                                              **self._options(semantic))  # fmt: skip
+        except _Curated as curated:
+            return curated.result
+        return _result(out)
 
     async def _astream(
         self,
@@ -183,19 +188,24 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         call = _call_args(stop, kwargs)
         request, semantic = self._request(messages, call)
-        cached = await self._afrom_cache(request, semantic) if request is not None else None
-        if cached is not None:
-            for chunk in _replay(cached.generations[0]):
-                yield chunk
-            return
-        began = self.tricache.began(request) if request is not None else None
-        total: AIMessageChunk | None = None
-        async for chunk in self.inner.astream(messages, _inner_config(), **call):
-            piece = _as_chunk(chunk)
-            total = piece if total is None else total + piece
-            yield ChatGenerationChunk(message=piece)
-        if total is not None and request is not None:
-            await self._astore(request, semantic, _from_chunk(total), began)
+
+        async def chunks() -> AsyncIterator[AIMessageChunk]:
+            async for chunk in self.inner.astream(messages, _inner_config(), **call):
+                yield _as_chunk(chunk)
+
+        if request is None:
+            out: Outcome[AsyncIterator[AIMessageChunk]] = Outcome(chunks(), None)
+        else:
+            try:
+                self._curated(request, semantic)
+            except _Curated as curated:
+                for chunk in _replay(curated.result.generations[0], {"tier": "faq"}):
+                    yield chunk
+                return
+            out = await self.tricache.astream(request, chunks, _chunks_answer, _areplayed,
+                                              semantic=semantic)  # fmt: skip
+        async for chunk in _asaid_stream(out):
+            yield chunk
 
     # the cache -----------------------------------------------------------------------------
     def _request(
@@ -220,78 +230,126 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         )
         return request, parsed.semantic
 
-    def _from_cache(self, request: CacheRequest, semantic: bool) -> ChatResult | None:
-        return self._result(self.tricache.lookup(request, semantic=semantic), request)
+    def _options(self, semantic: bool) -> dict[str, Any]:
+        return {"semantic": semantic, "coalescer": self._coalescer}
 
-    async def _afrom_cache(self, request: CacheRequest, semantic: bool) -> ChatResult | None:
-        return self._result(await self.tricache.alookup(request, semantic=semantic), request)
-
-    def _result(self, hit: Hit | None, request: CacheRequest) -> ChatResult | None:
-        if hit is not None:
-            info = hit.metadata()
-            if hit.tier == "faq":  # a curated answer from the cache's FAQ
-                message = AIMessage(hit.text, response_metadata={"tricache": info})
-                return ChatResult(generations=[ChatGeneration(message=message)])
-            generations = served(self.tricache, hit.payload, info)
-            if generations and isinstance(generations[0], ChatGeneration):
-                return ChatResult(generations=generations)  # type: ignore[arg-type]
-        if self.faq is not None and (answer := self.faq(request)) is not None:
+    def _curated(self, request: CacheRequest | None, semantic: bool | None = None) -> None:
+        """The app's FAQ hook (``faq=``), asked after the cache and before the model: its
+        answer ends the call (raised as ``_Curated``; never stored).  A stream asks it before
+        the flow: the cache first (``semantic``: with look-alikes or not)."""
+        if self.faq is None or request is None:
+            return
+        if semantic is not None and self.tricache.lookup(request, semantic=semantic) is not None:
+            return  # (the cache replays it)
+        answer = self.faq(request)
+        if answer is not None:
             message = AIMessage(answer, response_metadata={"tricache": {"tier": "faq"}})
-            return ChatResult(generations=[ChatGeneration(message=message)])
-        return None
-
-    def _store(
-        self, request: CacheRequest, semantic: bool, message: AIMessage, began: Stamp | None = None
-    ) -> ChatResult:
-        """Store an answer.  A stream may be drained in another thread than its lookup ran in,
-        so streams pass the versions their miss began under (``began``)."""
-        text, payload, servable, cost = _prepared(message)
-        semantic = semantic and servable
-        self.tricache.update(request, text, payload, semantic=semantic, began=began, **cost)
-        return _fresh(message)
-
-    async def _astore(
-        self, request: CacheRequest, semantic: bool, message: AIMessage, began: Stamp | None = None
-    ) -> ChatResult:
-        text, payload, servable, cost = _prepared(message)
-        semantic = semantic and servable
-        await self.tricache.aupdate(request, text, payload, semantic=semantic, began=began, **cost)
-        return _fresh(message)
+            raise _Curated(ChatResult(generations=[ChatGeneration(message=message)]))
 
 
-def _prepared(message: AIMessage) -> tuple[str, dict[str, Any], bool, dict[str, Any]]:
-    """What to store: text, payload, whether look-alikes may get it, and what it cost."""
+class _Curated(Exception):
+    def __init__(self, result: ChatResult) -> None:
+        self.result = result
+
+
+# what the flow needs from LangChain's answers, and back ------------------------------------------
+def _answer(message: AIMessage) -> Answer:
+    """A message as the cache keeps it."""
     generation = ChatGeneration(message=message)
     meta = message.response_metadata
     model = meta.get("model_name") or meta.get("model") or ""
-    cost = {"tokens": usage_tokens([generation]), "model": model if isinstance(model, str) else ""}
-    return (
+    return Answer(
         generation.text,
         payload_from_generations([generation]),
-        servable_to_look_alikes([generation]),
-        cost,
+        finish=finish_reason(generation),
+        tool_calls=bool(message.tool_calls),
+        tokens=usage_tokens([generation]),
+        model=model if isinstance(model, str) else "",
     )
 
 
-def _fresh(message: AIMessage) -> ChatResult:
-    tagged = message.model_copy(
+def _chunks_answer(chunks: Sequence[AIMessageChunk]) -> Answer:
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = total + chunk
+    return _answer(_from_chunk(total))
+
+
+def _served(hit: Hit) -> AIMessage | None:
+    """A hit as a message (``None``: a payload this adapter did not write)."""
+    info = hit.metadata()
+    if hit.tier == "faq":  # a curated answer from the cache's FAQ
+        return AIMessage(hit.text, response_metadata={"tricache": info})
+    generations = generations_from_payload(hit.payload, info)  # (raises: not ours)
+    if isinstance(generations[0], ChatGeneration):
+        return generations[0].message  # type: ignore[return-value]
+    return None
+
+
+def _replayed(hit: Hit) -> Iterator[ChatGenerationChunk] | None:
+    message = _served(hit)
+    if message is None:
+        return None
+    return _replay(ChatGeneration(message=message), hit.metadata())
+
+
+def _areplayed(hit: Hit) -> AsyncIterator[ChatGenerationChunk] | None:
+    stream = _replayed(hit)
+    return None if stream is None else _aiter(stream)
+
+
+async def _aiter(items: Iterator[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+def _result(out: Outcome[AIMessage]) -> ChatResult:
+    """The answer as LangChain's result, saying who answered: the hit's tier (already in its
+    metadata), or the model (a copy: the caller's message is theirs)."""
+    message = out.answer if out.hit is not None else _tagged(out.answer)
+    return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _said_stream(out: Outcome[Iterator[Any]]) -> Iterator[ChatGenerationChunk]:
+    """A stream whose first chunk says who answered (a replay says it already)."""
+    if out.hit is not None:
+        yield from out.answer
+        return
+    for i, chunk in enumerate(out.answer):
+        yield ChatGenerationChunk(message=_tagged(chunk) if i == 0 else chunk)
+
+
+async def _asaid_stream(out: Outcome[AsyncIterator[Any]]) -> AsyncIterator[ChatGenerationChunk]:
+    first = True
+    async for chunk in out.answer:
+        if out.hit is not None:
+            yield chunk
+        else:
+            yield ChatGenerationChunk(message=_tagged(chunk) if first else chunk)
+        first = False
+
+
+def _tagged(message: _M) -> _M:
+    return message.model_copy(
         update={"response_metadata": {**message.response_metadata, "tricache": {"tier": "llm"}}}
     )
-    return ChatResult(generations=[ChatGeneration(message=tagged)])
 
 
-def _replay(generation: Any) -> Iterator[ChatGenerationChunk]:
-    """A cached answer as a stream: word-sized chunks, metadata and usage on the last one."""
+def _replay(generation: Any, info: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
+    """A cached answer as a stream: word-sized chunks; the first says which tier served it
+    (``info``), the last carries the answer's own metadata and usage."""
     message: AIMessage = generation.message
     if message.tool_calls or not isinstance(message.content, str) or not message.content:
         yield ChatGenerationChunk(message=_to_chunk(message))
         return
+    own = {k: v for k, v in message.response_metadata.items() if k != "tricache"}
     pieces = stream_pieces(message.content)
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
+        meta = {**(own if last else {}), **({"tricache": info} if i == 0 else {})}
         chunk = AIMessageChunk(
             content=piece,
-            response_metadata=message.response_metadata if last else {},
+            response_metadata=meta,
             usage_metadata=message.usage_metadata if last else None,
         )
         yield ChatGenerationChunk(message=chunk)

@@ -17,6 +17,7 @@ import msgpack
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, Generation
 
+from tricache.flow import FINISHED, Answer
 from tricache.key.conversation import (
     Conversation,
     canonical_calls,
@@ -28,6 +29,8 @@ from tricache.key.options import options_from
 from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 
 __all__ = [
+    "answer_of",
+    "finish_reason",
     "generations_from_payload",
     "llm_key",
     "model_name",
@@ -35,7 +38,6 @@ __all__ = [
     "parse_messages",
     "parse_prompt",
     "payload_from_generations",
-    "servable_to_look_alikes",
     "usage_tokens",
 ]
 
@@ -47,7 +49,6 @@ _ROLES = {
     "FunctionMessage": "function",
     "ChatMessage": "chat",
 }
-_FINAL_FINISH_REASONS = {None, "", "stop", "end_turn", "stop_sequence", "STOP", "eos", "length"}
 # Message fields that never change the answer: role and text (keyed on their own), run ids,
 # what the provider reported about its own run, and tool results' ids and raw artifacts.
 _NOT_META = frozenset(
@@ -211,19 +212,30 @@ def _detached(value: Any) -> Any:
         return plain(value)  # already a fresh copy
 
 
-def servable_to_look_alikes(generations: Sequence[Generation]) -> bool:
-    """False for answers that only fit the very same prompt: tool calls, cut-off answers."""
-    for generation in generations:
-        if isinstance(generation, ChatGeneration) and getattr(
-            generation.message, "tool_calls", None
-        ):
-            return False
-        finish = (generation.generation_info or {}).get("finish_reason")
-        if isinstance(generation, ChatGeneration):
-            finish = finish or generation.message.response_metadata.get("finish_reason")
-        if finish not in _FINAL_FINISH_REASONS or finish == "length":
-            return False
-    return True
+def finish_reason(generation: Generation) -> Any:
+    """The provider's finish or stop reason for ``generation``, if it gave one."""
+    finish = (generation.generation_info or {}).get("finish_reason")
+    if isinstance(generation, ChatGeneration):
+        meta = generation.message.response_metadata
+        finish = finish or meta.get("finish_reason") or meta.get("stop_reason")
+    return finish
+
+
+def answer_of(generations: Sequence[Generation], model: str = "") -> Answer:
+    """LangChain's generations as the cache keeps them (``tricache.Answer``): the first
+    unfinished reason among them speaks for all."""
+    reasons = [finish_reason(g) for g in generations]
+    return Answer(
+        "".join(g.text for g in generations),
+        payload_from_generations(generations),
+        finish=next((r for r in reasons if r not in FINISHED), None),
+        tool_calls=any(
+            isinstance(g, ChatGeneration) and getattr(g.message, "tool_calls", None)
+            for g in generations
+        ),
+        tokens=usage_tokens(generations),
+        model=model,
+    )
 
 
 def usage_tokens(generations: Sequence[Generation]) -> int:

@@ -40,16 +40,16 @@ __all__ = [
     "completion_from_payload",
     "completion_payload",
     "condenses_a_follow_up",
+    "finish_reason",
+    "has_tool_calls",
     "llm_key",
     "parse_chat",
     "role_of",
-    "servable_to_look_alikes",
     "templated_conversation",
     "usage_tokens",
 ]
 
 _SYSTEM_ROLES = {MessageRole.SYSTEM.value, MessageRole.DEVELOPER.value}
-_CUT_OFF = {"length", "max_tokens", "MAX_TOKENS"}
 # Settings that say who the caller is or how the call travels, not what the model answers:
 # kept out of the key, by exact name (``max_tokens``, ``base_url`` … stay in).
 _NOT_IN_KEY = frozenset(
@@ -271,14 +271,12 @@ def completion_from_payload(payload: Any, info: dict[str, Any]) -> CompletionRes
     return CompletionResponse(text=payload["text"], additional_kwargs={"tricache": info})
 
 
-def servable_to_look_alikes(response: ChatResponse | CompletionResponse) -> bool:
-    """False for answers that fit only the very same prompt: tool calls, cut-off answers."""
-    if isinstance(response, ChatResponse) and _calls(response.message):
-        return False
-    return _finish_reason(response.raw) not in _CUT_OFF
+def has_tool_calls(message: ChatMessage) -> bool:
+    """The message asks for tools to be called."""
+    return bool(_calls(message))
 
 
-def _finish_reason(raw: Any) -> Any:
+def finish_reason(raw: Any) -> Any:
     """The provider's finish/stop reason from a raw response (dict or SDK object), if any."""
     reason = _field(raw, "stop_reason") or _field(raw, "finish_reason")
     choices = _field(raw, "choices")

@@ -37,7 +37,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.prompts import BasePromptTemplate
 from pydantic import Field, PrivateAttr, SerializeAsAny
 
-from tricache import Cache, CacheRequest, Coalescer, Hit, Stamp
+from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
 from tricache.key.conversation import Conversation, stream_pieces
 from tricache.key.options import entry_options, options_from
 from tricache.key.tenancy import current_tenant
@@ -50,9 +50,10 @@ from .convert import (
     completion_from_payload,
     completion_payload,
     condenses_a_follow_up,
+    finish_reason,
+    has_tool_calls,
     llm_key,
     parse_chat,
-    servable_to_look_alikes,
     templated_conversation,
     usage_tokens,
 )
@@ -72,12 +73,10 @@ class _Template:
 _templated: ContextVar[_Template | None] = ContextVar("tricache_templated", default=None)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Call:
     request: CacheRequest
-    semantic: bool
-    key: str
-    began: Stamp | None = None  # the versions its miss began under (a stream may end elsewhere)
+    semantic: bool  # may look-alikes be served (a template's question) or only this prompt
     ttl: float | None = None  # the lifetime the call asked for (``tricache_ttl=``)
 
 
@@ -216,7 +215,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.chat(messages, **kwargs)
         ask = partial(self.llm.chat, messages, **kwargs)
-        return self._answer(call, self._cached_chat, ask, chat_payload)
+        return _said(self.tricache.answer(call.request, ask, *_CHAT, **self._options(call)))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -224,17 +223,16 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return await self.llm.achat(messages, **kwargs)
         ask = partial(self.llm.achat, messages, **kwargs)
-        return await self._aanswer(call, self._cached_chat, ask, chat_payload)
+        return _said(await self.tricache.aanswer(call.request, ask, *_CHAT, **self._options(call)))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         call = self._chat_call(messages, kwargs)  # now: the template context ends on return
         if call is None:
             return self.llm.stream_chat(messages, **kwargs)
-        cached = self._cached_chat(self._lookup(call))
-        if cached is not None:
-            return _replay_chat(cached)
-        return self._record(call, self.llm.stream_chat(messages, **kwargs), chat_payload)
+        ask = partial(self.llm.stream_chat, messages, **kwargs)
+        out = self.tricache.stream(call.request, ask, *_CHAT_STREAM, **self._options(call, False))
+        return _said_stream(out)
 
     @llm_chat_callback()
     async def astream_chat(
@@ -243,11 +241,11 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         call = self._chat_call(messages, kwargs)
         if call is None:
             return await self.llm.astream_chat(messages, **kwargs)
-        cached = self._cached_chat(await self._alookup(call))
-        if cached is not None:
-            return _aiter(_replay_chat(cached))
-        stream = await self.llm.astream_chat(messages, **kwargs)
-        return self._arecord(call, stream, chat_payload)
+        ask = partial(self.llm.astream_chat, messages, **kwargs)
+        options = self._options(call, False)
+        return _asaid_stream(
+            await self.tricache.astream(call.request, ask, *_ACHAT_STREAM, **options)
+        )
 
     # completion ------------------------------------------------------------------------------
     @llm_completion_callback()
@@ -256,7 +254,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.complete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.complete, prompt, formatted=formatted, **kwargs)
-        return self._answer(call, self._cached_completion, ask, completion_payload)
+        return _said(self.tricache.answer(call.request, ask, *_COMPLETION, **self._options(call)))
 
     @llm_completion_callback()
     async def acomplete(
@@ -266,7 +264,8 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.acomplete, prompt, formatted=formatted, **kwargs)
-        return await self._aanswer(call, self._cached_completion, ask, completion_payload)
+        options = self._options(call)
+        return _said(await self.tricache.aanswer(call.request, ask, *_COMPLETION, **options))
 
     @llm_completion_callback()
     def stream_complete(
@@ -275,11 +274,9 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         call = self._completion_call(prompt, formatted, kwargs)
         if call is None:
             return self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
-        cached = self._cached_completion(self._lookup(call))
-        if cached is not None:
-            return _replay_completion(cached)
-        stream = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
-        return self._record(call, stream, completion_payload)
+        ask = partial(self.llm.stream_complete, prompt, formatted=formatted, **kwargs)
+        options = self._options(call, False)
+        return _said_stream(self.tricache.stream(call.request, ask, *_COMPLETION_STREAM, **options))
 
     @llm_completion_callback()
     async def astream_complete(
@@ -288,11 +285,10 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         call = self._completion_call(prompt, formatted, kwargs)
         if call is None:
             return await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
-        cached = self._cached_completion(await self._alookup(call))
-        if cached is not None:
-            return _aiter(_replay_completion(cached))
-        stream = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
-        return self._arecord(call, stream, completion_payload)
+        ask = partial(self.llm.astream_complete, prompt, formatted=formatted, **kwargs)
+        options = self._options(call, False)
+        out = await self.tricache.astream(call.request, ask, *_ACOMPLETION_STREAM, **options)
+        return _asaid_stream(out)
 
     # tools: the inner model's own handling ---------------------------------------------------
     def _prepare_chat_with_tools(
@@ -350,102 +346,17 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
                     llm_key=key,
                     query_meta=conversation.query_meta,
                 )
-                return _Call(request, conversation.semantic, self.tricache.key(request),
-                             ttl=options.get("ttl"))  # fmt: skip
+                return _Call(request, conversation.semantic, ttl=options.get("ttl"))
             except Exception as exc:  # an odd prompt is a miss, never an error in the app
                 log.warning("tricache: call not cacheable (%s)", exc)
                 return None
 
-    def _answer(self, call: _Call, cached_of: Any, ask: Any, to_payload: Any) -> Any:
-        """From the cache, else from the inner model (one call for concurrent identical
-        requests), stored."""
-        if (cached := cached_of(self._lookup(call))) is not None:
-            return cached
-        with self._coalescer.turn(call.key) as leader:
-            if not leader and (cached := cached_of(self._lookup(call))) is not None:
-                return cached
-            return self._stored(call, ask(), to_payload)
-
-    async def _aanswer(self, call: _Call, cached_of: Any, ask: Any, to_payload: Any) -> Any:
-        if (cached := cached_of(await self._alookup(call))) is not None:
-            return cached
-        async with self._coalescer.aturn(call.key) as leader:
-            if not leader and (cached := cached_of(await self._alookup(call))) is not None:
-                return cached
-            return await self._astored(call, await ask(), to_payload)
-
-    def _lookup(self, call: _Call) -> Hit | None:
-        hit = self.tricache.lookup(call.request, semantic=call.semantic)
-        call.began = self.tricache.began(call.request) if hit is None else None
-        return hit
-
-    async def _alookup(self, call: _Call) -> Hit | None:
-        hit = await self.tricache.alookup(call.request, semantic=call.semantic)
-        call.began = self.tricache.began(call.request) if hit is None else None
-        return hit
-
-    def _cached_chat(self, hit: Hit | None) -> ChatResponse | None:
-        if hit is None:
-            return None
-        info = hit.metadata()
-        if hit.tier == "faq":
-            message = ChatMessage(role=MessageRole.ASSISTANT, content=hit.text)
-            return ChatResponse(message=message, additional_kwargs={"tricache": info})
-        return self._decoded(chat_from_payload, hit.payload, info)
-
-    def _cached_completion(self, hit: Hit | None) -> CompletionResponse | None:
-        if hit is None:
-            return None
-        info = hit.metadata()
-        if hit.tier == "faq":
-            return CompletionResponse(text=hit.text, additional_kwargs={"tricache": info})
-        return self._decoded(completion_from_payload, hit.payload, info)
-
-    def _decoded(self, decode: Any, payload: Any, info: dict[str, Any]) -> Any:
-        """``decode(payload)``; a value this adapter cannot read is a miss, counted as corrupt."""
-        try:
-            return decode(payload, info)
-        except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
-            log.warning("tricache: cached value is not a %s (%s)", decode.__name__, exc)
-            self.tricache.metrics.incr("exact", "corrupt")
-            return None
-
-    def _store_args(self, call: _Call, response: Any, to_payload: Any) -> dict[str, Any]:
-        return dict(
-            request=call.request,
-            text=_response_text(response),
-            payload=to_payload(response),
-            semantic=call.semantic and servable_to_look_alikes(response),
-            tokens=usage_tokens(response),
-            model=self.llm.metadata.model_name,
-            began=call.began,
-            ttl=call.ttl,
-        )
-
-    def _stored(self, call: _Call, response: Any, to_payload: Any) -> Any:
-        self.tricache.update(**self._store_args(call, response, to_payload))
-        return _from_llm(response)
-
-    async def _astored(self, call: _Call, response: Any, to_payload: Any) -> Any:
-        await self.tricache.aupdate(**self._store_args(call, response, to_payload))
-        return _from_llm(response)
-
-    def _record(self, call: _Call, stream: Iterator[Any], to_payload: Any) -> Iterator[Any]:
-        """Pass the stream through; store the answer once it has completed."""
-        last = None
-        for last in stream:
-            yield last
-        if last is not None:
-            self._stored(call, last, to_payload)
-
-    async def _arecord(
-        self, call: _Call, stream: AsyncIterator[Any], to_payload: Any
-    ) -> AsyncIterator[Any]:
-        last = None
-        async for last in stream:
-            yield last
-        if last is not None:
-            await self._astored(call, last, to_payload)
+    def _options(self, call: _Call, coalesce: bool = True) -> dict[str, Any]:
+        """How the flow treats ``call``: look-alikes or not, its lifetime, its coalescer."""
+        options: dict[str, Any] = {"semantic": call.semantic, "ttl": call.ttl}
+        if coalesce:
+            options["coalescer"] = self._coalescer
+        return options
 
 
 _DONE = object()
@@ -467,16 +378,81 @@ def _keyed(conversation: Conversation, turns: Any) -> Conversation:
     return replace(conversation, semantic=False)
 
 
-def _response_text(response: ChatResponse | CompletionResponse) -> str:
-    if isinstance(response, ChatResponse):
-        return response.message.content or ""
-    return response.text
+# what the flow needs from LlamaIndex's answers, and back ---------------------------------------
+def _answer(payload_of: Any) -> Any:
+    """A response as the cache keeps it (``tricache.Answer``)."""
+
+    def convert(response: ChatResponse | CompletionResponse) -> Answer:
+        return Answer(
+            response.message.content or "" if isinstance(response, ChatResponse) else response.text,
+            payload_of(response),
+            finish=finish_reason(response.raw),
+            tool_calls=isinstance(response, ChatResponse) and has_tool_calls(response.message),
+            tokens=usage_tokens(response),
+        )
+
+    return convert
 
 
-def _from_llm(response: Any) -> Any:
-    """The inner model's response, marked as such (a copy: the caller's object is theirs)."""
+def _last(convert: Any) -> Any:
+    """A stream's answer: its last response holds the whole (LlamaIndex streams accumulate)."""
+    return lambda responses: convert(responses[-1])
+
+
+def _served(decode: Any, faq: Any) -> Any:
+    """A hit as a response: a curated FAQ answer from its text, else decoded from its payload
+    (``ValueError`` for a payload this adapter did not write)."""
+
+    def served(hit: Hit) -> Any:
+        info = hit.metadata()
+        return faq(hit.text, info) if hit.tier == "faq" else decode(hit.payload, info)
+
+    return served
+
+
+def _faq_chat(text: str, info: dict[str, Any]) -> ChatResponse:
+    message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+    return ChatResponse(message=message, additional_kwargs={"tricache": info})
+
+
+def _faq_completion(text: str, info: dict[str, Any]) -> CompletionResponse:
+    return CompletionResponse(text=text, additional_kwargs={"tricache": info})
+
+
+def _replayed(served: Any, replay: Any, asynchronous: bool = False) -> Any:
+    def replayed(hit: Hit) -> Any:
+        stream = replay(served(hit))
+        return _aiter(stream) if asynchronous else stream
+
+    return replayed
+
+
+def _said(out: Outcome[Any]) -> Any:
+    """The answer, saying who answered: the hit's tier (already in it), or the model (a copy:
+    the caller's object is theirs)."""
+    return out.answer if out.hit is not None else _tagged(out.answer, _LLM)
+
+
+def _said_stream(out: Outcome[Iterator[Any]]) -> Iterator[Any]:
+    """Every response of the stream says who answered."""
+    if out.hit is not None:
+        yield from out.answer
+        return
+    for response in out.answer:
+        yield _tagged(response, _LLM)
+
+
+async def _asaid_stream(out: Outcome[AsyncIterator[Any]]) -> AsyncIterator[Any]:
+    async for response in out.answer:
+        yield response if out.hit is not None else _tagged(response, _LLM)
+
+
+_LLM = {"tier": "llm"}
+
+
+def _tagged(response: Any, info: dict[str, Any]) -> Any:
     return response.model_copy(
-        update={"additional_kwargs": {**response.additional_kwargs, "tricache": {"tier": "llm"}}}
+        update={"additional_kwargs": {**response.additional_kwargs, "tricache": dict(info)}}
     )
 
 
@@ -503,3 +479,19 @@ def _replay_completion(response: CompletionResponse) -> CompletionResponseGen:
 async def _aiter(items: Iterator[Any]) -> AsyncIterator[Any]:
     for item in items:
         yield item
+
+
+_SERVED_CHAT = _served(chat_from_payload, _faq_chat)
+_SERVED_COMPLETION = _served(completion_from_payload, _faq_completion)
+_CHAT = (_answer(chat_payload), _SERVED_CHAT)
+_COMPLETION = (_answer(completion_payload), _SERVED_COMPLETION)
+_CHAT_STREAM = (_last(_answer(chat_payload)), _replayed(_SERVED_CHAT, _replay_chat))
+_ACHAT_STREAM = (_last(_answer(chat_payload)), _replayed(_SERVED_CHAT, _replay_chat, True))
+_COMPLETION_STREAM = (
+    _last(_answer(completion_payload)),
+    _replayed(_SERVED_COMPLETION, _replay_completion),
+)
+_ACOMPLETION_STREAM = (
+    _last(_answer(completion_payload)),
+    _replayed(_SERVED_COMPLETION, _replay_completion, True),
+)

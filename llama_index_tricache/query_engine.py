@@ -28,7 +28,7 @@ from llama_index.core.base.response.schema import (
 )
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from tricache import Cache, CacheRequest, Hit, Stamp
+from tricache import Answer, Cache, CacheRequest, Hit, Outcome
 from tricache.key.conversation import plain, stream_pieces
 from tricache.key.request import context_token
 from tricache.key.tenancy import current_tenant
@@ -102,30 +102,46 @@ class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
         request = self._request(query_bundle)
         if request is None:
             return self.engine.query(query_bundle)
-        if (cached := self._response(self.tricache.lookup(request))) is not None:
-            return cached
-        response = self.engine.query(query_bundle)
-        if isinstance(response, StreamingResponse):
-            began = self.tricache.began(request)  # the stream may be drained in another thread
-            response.response_gen = self._record(request, response, response.response_gen, began)
-        elif isinstance(response, Response):
-            self._store(request, response.response, response)
-        return _from_engine(response)
+        if not _streams(self.engine):
+            ask = functools.partial(self.engine.query, query_bundle)
+            return _said(self.tricache.answer(request, ask, _answer, _response))
+        opened: list[Any] = []  # the engine's response, once asked
+
+        def open_stream() -> Iterator[str]:
+            response = self.engine.query(query_bundle)
+            opened.append(response)
+            return (
+                response.response_gen
+                if isinstance(response, StreamingResponse)
+                else _whole(response)
+            )
+
+        out = self.tricache.stream(request, open_stream, _streamed_answer(opened), _replay)
+        if out.hit is not None:
+            return StreamingResponse(out.answer, *_sources(out.hit))
+        return _said_stream(opened[0], out.answer)
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         request = self._request(query_bundle)
         if request is None:
             return await self.engine.aquery(query_bundle)
-        hit = await self.tricache.alookup(request)
-        if (cached := self._response(hit, asynchronous=True)) is not None:
-            return cached
-        response = await self.engine.aquery(query_bundle)
-        if isinstance(response, AsyncStreamingResponse):
-            began = self.tricache.began(request)
-            response.response_gen = self._arecord(request, response, response.response_gen, began)
-        elif isinstance(response, Response):
-            self._store(request, response.response, response)
-        return _from_engine(response)
+        if not _streams(self.engine):
+            ask = functools.partial(self.engine.aquery, query_bundle)
+            return _said(await self.tricache.aanswer(request, ask, _answer, _response))
+        opened: list[Any] = []
+
+        async def open_stream() -> AsyncIterator[str]:
+            response = await self.engine.aquery(query_bundle)
+            opened.append(response)
+            if isinstance(response, AsyncStreamingResponse):
+                return response.response_gen
+            return _apieces(str(response))
+
+        out = await self.tricache.astream(request, open_stream, _streamed_answer(opened),
+                                          _areplay)  # fmt: skip
+        if out.hit is not None:
+            return AsyncStreamingResponse(out.answer, *_sources(out.hit))
+        return _said_stream(opened[0], out.answer)
 
     # the cache -----------------------------------------------------------------------------
     def _request(self, query_bundle: QueryBundle) -> CacheRequest | None:
@@ -155,69 +171,6 @@ class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
                 self._warned = True
                 log.warning("tricache: %s not cached: %s", type(self.engine).__name__, exc)
             return None
-
-    def _store(
-        self, request: CacheRequest, text: str | None, response: Any, began: Stamp | None = None
-    ) -> None:
-        if not text:
-            return
-        sources = [
-            {
-                "id": n.node.node_id,
-                "text": n.node.get_content(),
-                "metadata": plain(dict(n.node.metadata)),
-                "score": n.score,
-            }
-            for n in response.source_nodes
-        ]
-        metadata = {k: v for k, v in (response.metadata or {}).items() if k != "tricache"}
-        payload = {"v": 1, "kind": "response", "sources": sources,
-                   "metadata": plain(metadata)}  # fmt: skip
-        # the caller's objects stay theirs
-        self.tricache.update(request, text, copy.deepcopy(payload), began=began)
-
-    def _response(self, hit: Hit | None, asynchronous: bool = False) -> RESPONSE_TYPE | None:
-        if hit is None:
-            return None
-        info = hit.metadata()
-        try:
-            sources, metadata = _decoded(hit)
-        except Exception as exc:  # valid MessagePack, not a payload of ours: never an error
-            log.warning("tricache: cached value is not a query response (%s)", exc)
-            self.tricache.metrics.incr("exact", "corrupt")
-            return None
-        metadata["tricache"] = info
-        if _streams(self.engine):
-            if asynchronous:
-                return AsyncStreamingResponse(_apieces(hit.text), sources, metadata)
-            return StreamingResponse(iter(stream_pieces(hit.text)), sources, metadata)
-        return Response(hit.text, sources, metadata)
-
-    def _record(
-        self,
-        request: CacheRequest,
-        response: StreamingResponse,
-        stream: Iterator[str],
-        began: Stamp | None,
-    ) -> Iterator[str]:
-        parts = []
-        for token in stream:
-            parts.append(token)
-            yield token
-        self._store(request, "".join(parts), response, began)
-
-    async def _arecord(
-        self,
-        request: CacheRequest,
-        response: AsyncStreamingResponse,
-        stream: AsyncIterator[str],
-        began: Stamp | None,
-    ) -> AsyncIterator[str]:
-        parts = []
-        async for token in stream:
-            parts.append(token)
-            yield token
-        self._store(request, "".join(parts), response, began)
 
 
 def watch_index(index: Any, cache: Cache, tag: str) -> None:
@@ -261,6 +214,72 @@ def _invalidating(method: Any, targets: list[tuple[Cache, str]]) -> Any:
 
     wrapper._tricache_targets = targets  # type: ignore[attr-defined]
     return wrapper
+
+
+# what the flow needs from a query engine's responses, and back --------------------------------
+def _answer(response: Any) -> Answer:
+    """A response as the cache keeps it: its text, source nodes and metadata (copied: the
+    caller's objects stay theirs)."""
+    text = response.response if isinstance(response, Response) else None
+    return _answer_of(response, text if isinstance(text, str) else "")
+
+
+def _streamed_answer(opened: list[Any]) -> Any:
+    """A streamed response as the cache keeps it, once its tokens are all in."""
+    return lambda tokens: _answer_of(opened[0], "".join(tokens))
+
+
+def _answer_of(response: Any, text: str) -> Answer:
+    sources = [
+        {
+            "id": n.node.node_id,
+            "text": n.node.get_content(),
+            "metadata": plain(dict(n.node.metadata)),
+            "score": n.score,
+        }
+        for n in getattr(response, "source_nodes", None) or []
+    ]
+    metadata = {k: v for k, v in (getattr(response, "metadata", None) or {}).items()
+                if k != "tricache"}  # fmt: skip
+    payload = {"v": 1, "kind": "response", "sources": sources, "metadata": plain(metadata)}
+    return Answer(text, copy.deepcopy(payload))
+
+
+def _sources(hit: Hit) -> tuple[list[NodeWithScore], dict[str, Any]]:
+    """A hit's source nodes, and its metadata saying which tier served it."""
+    sources, metadata = _decoded(hit)
+    return sources, {**metadata, "tricache": hit.metadata()}
+
+
+def _response(hit: Hit) -> Response:
+    return Response(hit.text, *_sources(hit))
+
+
+def _replay(hit: Hit) -> Iterator[str]:
+    _decoded(hit)  # (a payload of another kind raises here: a miss, counted as corrupt)
+    return iter(stream_pieces(hit.text))
+
+
+def _areplay(hit: Hit) -> AsyncIterator[str]:
+    _decoded(hit)
+    return _apieces(hit.text)
+
+
+def _said(out: Outcome[Any]) -> Any:
+    return out.answer if out.hit is not None else _from_engine(out.answer)
+
+
+def _said_stream(response: Any, tokens: Any) -> Any:
+    """The engine's streaming response, its tokens recorded for the cache."""
+    if hasattr(response, "response_gen"):
+        response.response_gen = tokens
+    else:  # it answered whole after all
+        response = Response("".join(tokens), response.source_nodes, response.metadata)
+    return _from_engine(response)
+
+
+def _whole(response: Any) -> Iterator[str]:
+    return iter([str(response.response or "")])
 
 
 def _from_engine(response: Any) -> Any:

@@ -28,7 +28,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from pydantic import PrivateAttr
 
 from llama_index_tricache import CachedQueryEngine, TriCacheEmbedding, TriCacheLLM, tenant
-from llama_index_tricache.convert import llm_key, servable_to_look_alikes
+from llama_index_tricache.convert import llm_key
 from tricache import Cache, CacheRequest
 from tricache.key.conversation import stream_pieces
 
@@ -327,16 +327,6 @@ def test_tenants_do_not_share(core: Cache) -> None:
     assert len(inner.calls) == 2
 
 
-def test_tool_calls_are_served_to_the_same_call_only() -> None:
-    call = ToolCallBlock(tool_call_id="1", tool_name="weather", tool_kwargs={"city": "Lyon"})
-    with_call = ChatResponse(message=ChatMessage(role="assistant", blocks=[call]))
-    plain_answer = ChatResponse(message=ChatMessage(role="assistant", content="Sunny."))
-    cut_off = CompletionResponse(text="Sun", raw={"choices": [{"finish_reason": "length"}]})
-    assert not servable_to_look_alikes(with_call)
-    assert servable_to_look_alikes(plain_answer)
-    assert not servable_to_look_alikes(cut_off)
-
-
 @pytest.mark.parametrize("prompt", ["", "\ud800 lone surrogate", "x" * 200_000, "\u200b\u200b"])
 def test_odd_prompts_never_break_the_call(core: Cache, prompt: str) -> None:
     inner = ScriptedLLM(answers=["ok"], chat_model=False)
@@ -455,18 +445,13 @@ class Oracle(CustomLLM):
 def lookups(core: Cache, monkeypatch: pytest.MonkeyPatch) -> list[tuple[CacheRequest, bool]]:
     """Every lookup the adapter makes: the request, and whether look-alikes may answer."""
     seen: list[tuple[CacheRequest, bool]] = []
-    lookup, alookup = core.lookup, core.alookup
+    lookup_steps = core.lookup_steps  # (what lookup, alookup and the flow's answer run)
 
-    def spy(request: CacheRequest, *, semantic: bool = True) -> Any:
-        seen.append((request, semantic))
-        return lookup(request, semantic=semantic)
+    def spy(asked: Any, semantic: bool) -> Any:
+        seen.append((asked.request, semantic))
+        return lookup_steps(asked, semantic)
 
-    async def aspy(request: CacheRequest, *, semantic: bool = True) -> Any:
-        seen.append((request, semantic))
-        return await alookup(request, semantic=semantic)
-
-    monkeypatch.setattr(core, "lookup", spy)
-    monkeypatch.setattr(core, "alookup", aspy)
+    monkeypatch.setattr(core, "lookup_steps", spy)
     return seen
 
 

@@ -1,0 +1,279 @@
+"""One request flow for every adapter (issue #34): ``Cache.answer`` / ``aanswer`` /
+``stream`` / ``astream`` own lookup, coalescing, the model call, the reuse rule and the
+write-back, so LangChain and LlamaIndex cannot disagree about what is served or said."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.globals import set_llm_cache
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
+from llama_index.core.llms import CustomLLM, LLMMetadata
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from pydantic import PrivateAttr
+
+from langchain_tricache import CachedChatModel, TriCache
+from llama_index_tricache import TriCacheLLM
+from tricache import Answer, Cache, Reuse
+from tricache.flow import reuse
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Any:
+    cache = Cache(path=tmp_path / "c.sqlite3", warm=True)
+    yield cache
+    cache.close()
+
+
+# the rule, once ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (Answer("Paris."), Reuse.LOOK_ALIKES),
+        (Answer("Paris.", finish="stop"), Reuse.LOOK_ALIKES),
+        (Answer("Paris.", finish="end_turn"), Reuse.LOOK_ALIKES),
+        (Answer("Par", finish="length"), Reuse.SAME_REQUEST),
+        (Answer("Par", finish="max_tokens"), Reuse.SAME_REQUEST),
+        (Answer("", tool_calls=True, finish="tool_calls"), Reuse.SAME_REQUEST),
+        (Answer("Paris.", finish="something_new"), Reuse.SAME_REQUEST),
+        (Answer("I'm sorry, I can't help with that."), Reuse.SAME_REQUEST),
+        (Answer("Paris.", finish="content_filter"), Reuse.NEVER),
+        (Answer("Paris.", finish="SAFETY"), Reuse.NEVER),
+        (Answer("Paris.", finish="refusal"), Reuse.NEVER),
+        (Answer("   "), Reuse.NEVER),
+        (Answer("Paris.", finish=7), Reuse.SAME_REQUEST),  # type: ignore[arg-type]
+    ],
+    ids=repr,
+)
+def test_the_reuse_rule(answer: Answer, expected: Reuse) -> None:
+    assert reuse(answer) is expected
+
+
+# the same rule through both frameworks -------------------------------------------------------
+class _Filtered(CustomLLM):
+    """A LlamaIndex model whose answers carry a finish reason in their raw response."""
+
+    finish: str = "stop"
+    _calls: list[int] = PrivateAttr(default_factory=list)  # (a field would be in the key)
+
+    @property
+    def calls(self) -> int:
+        return len(self._calls)
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="filtered", is_chat_model=True)
+
+    @llm_chat_callback()
+    def chat(self, messages: Any, **kwargs: Any) -> ChatResponse:
+        self._calls.append(1)
+        raw = {"choices": [{"finish_reason": self.finish}]}
+        return ChatResponse(message=ChatMessage(role="assistant", content="Paris."), raw=raw)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        self._calls.append(1)
+        so_far = ""
+        for piece in ("Lima ", "is ", "the ", "capital."):
+            so_far += piece
+            yield CompletionResponse(text=so_far, delta=piece)
+
+
+def _lc_model(finish: str) -> tuple[GenericFakeChatModel, list[int]]:
+    asked: list[int] = []
+
+    def answers() -> Any:
+        while True:
+            asked.append(1)
+            yield AIMessage("Paris.", response_metadata={"finish_reason": finish})
+
+    return GenericFakeChatModel(messages=answers()), asked
+
+
+@pytest.mark.parametrize(("finish", "again", "reworded"),
+                         [("stop", 0, 0), ("length", 0, 1), ("content_filter", 1, 1)])  # fmt: skip
+def test_both_frameworks_reuse_the_same_answers(
+    core: Cache, finish: str, again: int, reworded: int
+) -> None:
+    """How many more model calls the same question, then a reworded one, cost: the same
+    through LangChain's global cache, ``CachedChatModel`` and LlamaIndex."""
+    question, rewording = "What is the capital of France?", "What's the capital of France?"
+    counts = []
+    for namespace, ask in [
+        ("lc-global", "global"),
+        ("lc-model", "model"),
+        ("llama", "llama"),
+    ]:
+        cache = Cache(path=core.settings.path, namespace=namespace, warm=True)
+        try:
+            if ask == "llama":
+                inner = _Filtered(finish=finish)
+                llm = TriCacheLLM(inner, cache=cache)
+                for q in (question, question, rewording):
+                    llm.chat([ChatMessage(role="user", content=q)])
+                made = inner.calls
+            else:
+                model, asked = _lc_model(finish)
+                if ask == "model":
+                    wrapped = CachedChatModel(inner=model, tricache=cache)
+                    for q in (question, question, rewording):
+                        wrapped.invoke(q)
+                else:
+                    set_llm_cache(TriCache(cache=cache))
+                    try:
+                        for q in (question, question, rewording):
+                            model.invoke(q)
+                    finally:
+                        set_llm_cache(None)
+                made = len(asked)
+        finally:
+            cache.close()
+        counts.append(made)
+    assert counts == [1 + again + reworded] * 3, counts
+
+
+# streams say who answered on their first chunk ----------------------------------------------
+def test_a_stream_says_who_answered_on_its_first_chunk(core: Cache) -> None:
+    model = CachedChatModel(
+        inner=GenericFakeChatModel(messages=iter([AIMessage("Lima is the capital.")])),
+        tricache=core,
+    )
+    for expected in ("llm", "exact"):
+        chunks = list(model.stream("What is the capital of Peru?"))
+        assert chunks[0].response_metadata["tricache"]["tier"] == expected
+        assert all("tricache" not in c.response_metadata for c in chunks[1:])
+        total = chunks[0]
+        for chunk in chunks[1:]:
+            total = total + chunk
+        assert total.content == "Lima is the capital."
+        assert total.response_metadata["tricache"]["tier"] == expected  # merged, not doubled
+
+    llm = TriCacheLLM(_Filtered(), cache=core)
+    question = [ChatMessage(role="user", content="What is the capital of Peru?")]
+    for expected in ("llm", "exact"):
+        chunks = list(llm.stream_chat(question))
+        assert {c.additional_kwargs["tricache"]["tier"] for c in chunks} == {expected}
+
+
+def test_a_stream_left_unfinished_is_not_stored(core: Cache) -> None:
+    calls: list[int] = []
+
+    def model_stream() -> Any:
+        calls.append(1)
+        yield from ["Lima ", "is ", "the ", "capital."]
+
+    request = core.request("What is the capital of Peru?")
+    combine = lambda chunks: Answer("".join(chunks))  # noqa: E731
+    out = core.stream(request, model_stream, combine, lambda hit: iter([hit.text]))
+    assert out.hit is None and next(out.answer) == "Lima "
+    out.answer.close()  # the caller stopped reading
+    assert core.lookup(request) is None
+    out = core.stream(request, model_stream, combine, lambda hit: iter([hit.text]))
+    assert "".join(out.answer) == "Lima is the capital."
+    hit = core.lookup(request)
+    assert hit is not None and hit.text == "Lima is the capital."
+    assert len(calls) == 2
+
+
+# sync and async, from one body ----------------------------------------------------------------
+def test_concurrent_identical_misses_make_one_call_in_threads_and_tasks(core: Cache) -> None:
+    calls: list[str] = []
+
+    def ask() -> str:
+        calls.append("sync")
+        time.sleep(0.2)
+        return "One answer."
+
+    async def aask() -> str:
+        calls.append("async")
+        await asyncio.sleep(0.2)
+        return "One answer."
+
+    coalescer = core.coalescer(timeout=10)
+    request = core.request("What is TriCache?")
+    got: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(
+            core.answer(request, ask, Answer, lambda hit: hit.text, coalescer=coalescer)))
+        for _ in range(6)
+    ]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert calls == ["sync"] and [o.answer for o in got] == ["One answer."] * 6
+    assert sum(o.hit is None for o in got) == 1
+
+    other = core.request("What is a cache stampede?")
+
+    async def many() -> list[Any]:
+        return await asyncio.gather(*(
+            core.aanswer(other, aask, Answer, lambda hit: hit.text, coalescer=coalescer)
+            for _ in range(6)
+        ))  # fmt: skip
+
+    outs = asyncio.run(many())
+    assert calls == ["sync", "async"] and {o.answer for o in outs} == {"One answer."}
+
+
+def test_a_cancelled_call_stores_nothing_and_frees_its_turn(core: Cache) -> None:
+    coalescer = core.coalescer(timeout=10)
+    request = core.request("What is a cache stampede?")
+
+    async def slow() -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    async def fast() -> str:
+        return "An answer."
+
+    async def scenario() -> Any:
+        task = asyncio.ensure_future(
+            core.aanswer(request, slow, Answer, lambda hit: hit.text, coalescer=coalescer)
+        )
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert core.lookup(request) is None
+        start = time.monotonic()
+        out = await core.aanswer(request, fast, Answer, lambda hit: hit.text, coalescer=coalescer)
+        return out, time.monotonic() - start
+
+    out, waited = asyncio.run(scenario())
+    assert out.answer == "An answer." and out.hit is None
+    assert waited < 5  # its turn was freed: no wait for the cancelled leader's timeout
+
+
+def test_an_unreadable_hit_is_a_miss_counted_as_corrupt(core: Cache) -> None:
+    request = core.request("What is the capital of Peru?")
+    core.update(request, "Lima.", {"not": "ours"})
+
+    def unreadable(hit: Any) -> str:
+        raise ValueError("not a payload of this adapter")
+
+    out = core.answer(request, lambda: "Lima, from the model.", Answer, unreadable)
+    assert out.hit is None and out.answer == "Lima, from the model."
+    assert core.stats()["exact"]["corrupt"] >= 1
+
+
+def test_what_the_model_raises_propagates_and_nothing_is_stored(core: Cache) -> None:
+    request = core.request("What is the capital of Peru?")
+
+    def failing() -> str:
+        raise TimeoutError("the provider timed out")
+
+    with pytest.raises(TimeoutError):
+        core.answer(request, failing, Answer, lambda hit: hit.text)
+    assert core.lookup(request) is None
