@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,7 +58,6 @@ from .runtime.exit import on_exit
 from .runtime.home import data_dir
 from .runtime.steps import Call, Off, Steps, arun, run
 from .semantic.guards.cacheable import is_cacheable
-from .semantic.guards.canonical import canonical
 from .settings import Exact, Faq, Redis, Semantic, resolve
 from .stores.base import L2Store, PointLog, StatsLog
 from .tiers import TierLoader
@@ -274,7 +274,8 @@ class Cache:
         start = time.perf_counter()
         try:
             key = asked.key if tier.learns else ""
-            found = tier.lookup(asked.request, self.exact.fetch, key, located=asked.located)
+            found = tier.lookup(asked.request, self.exact.fetch, key, located=asked.located,
+                                cacheable=partial(asked.cacheable, self.tiers.judge))  # fmt: skip
             self.tiers.breaker.success()
         except Exception as exc:
             self.tiers.breaker.failure()
@@ -799,7 +800,7 @@ class Cache:
         ``cache_time_dependent``): no tier but the curated FAQ serves it, none stores it."""
         # judged on the canonical question (a template's context may say "latest": the
         # question is asked; "Hey, how do I cancel my subscription?" is a procedure)
-        if self.cache_time_dependent or self._cacheable(canonical(asked.question)):
+        if self.cache_time_dependent or asked.cacheable(self.tiers.judge):
             return True
         self.metrics.incr("exact", "skipped_time_dependent")
         return False

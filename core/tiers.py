@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,8 @@ class TierLoader:
         self.namespace = namespace
         self.metrics = metrics
         self._cacheable = cacheable
+        # whether a question may be cached, as every tier judges it (``Asked.cacheable``)
+        self.judge = partial(points.judged, cacheable=cacheable)
         self._volatile_context = volatile_context
         self.semantic: SemanticTier | None = None  # open (None: off, or not open yet)
         self.faq: FaqStore | None = None  # open (None: off, no file yet, or not open yet)
@@ -116,7 +119,7 @@ class TierLoader:
         ttl = self.exact.policy.base_ttl(entry.category, negative=entry.negative)
         draft = points.draft(
             asked.request, asked.located, asked.key, entry, ttl,
-            cacheable=self._cacheable, volatile=self._volatile_context,
+            cacheable=partial(asked.cacheable, self.judge), volatile=self._volatile_context,
         )  # fmt: skip
         if draft is None:
             return

@@ -277,3 +277,25 @@ def test_what_the_model_raises_propagates_and_nothing_is_stored(core: Cache) -> 
     with pytest.raises(TimeoutError):
         core.answer(request, failing, Answer, lambda hit: hit.text)
     assert core.lookup(request) is None
+
+
+def test_a_request_is_judged_once_from_lookup_to_write_back(tmp_path: Path) -> None:
+    """The exact tier, the semantic tier and the write-back (its point included) read one
+    verdict on whether the question may be cached; and the verdict is the same rule for all."""
+    judged: list[str] = []
+
+    def cacheable(question: str) -> bool:
+        judged.append(question)
+        return "today" not in question
+
+    with Cache(path=tmp_path / "c.sqlite3", cacheable=cacheable, warm=True) as cache:
+        ask = cache.request("How do I reset my password?")
+        out = cache.answer(ask, lambda: "Use the link.", Answer, lambda hit: hit.text)
+        assert out.hit is None and len(judged) == 1  # a miss, written back and indexed
+        assert cache.answer(cache.request("How can I reset my password?"), lambda: "model",
+                            Answer, lambda hit: hit.text).hit is not None  # fmt: skip
+        assert cache.stats()["semantic"].get("skipped_uncacheable", 0) == 0
+        judged.clear()
+        today = cache.request("What is on the menu today?")
+        cache.answer(today, lambda: "Soup.", Answer, lambda hit: hit.text)
+        assert len(judged) == 1 and cache.lookup(today) is None  # refused once, for every tier

@@ -1,13 +1,14 @@
 """A request analysed once: its exact key and its question, carried through every tier.
 
-``Cache`` builds one ``Asked`` per lookup or update; the exact tier reads its key, the semantic
-tier and the FAQ its located question, the learning its key.  Nothing downstream locates the
-question or derives the key again.
+``Cache`` builds one ``Asked`` per lookup, update or model call (``Cache.answer``: the lookup
+and the write-back share it); the exact tier reads its key, the semantic tier and the FAQ its
+located question, the learning its key, and every tier the one verdict on whether it may be
+cached.  Nothing downstream locates the question, derives the key or judges it again.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
 
 from .question import Located, locate
 from .request import CacheRequest
@@ -15,12 +16,23 @@ from .request import CacheRequest
 __all__ = ["Asked", "ask"]
 
 
-class Asked(NamedTuple):
-    """``request`` with what every tier needs from it (a tuple: made on every lookup)."""
+class Asked:
+    """``request`` with what every tier needs from it, each worked out once."""
 
-    request: CacheRequest
-    key: str  # the exact-tier key (``exact_key``)
-    located: Located | None  # the question in the last message and its frame (None: unclear)
+    __slots__ = ("_cacheable", "key", "located", "request")
+
+    def __init__(self, request: CacheRequest, key: str, located: Located | None) -> None:
+        self.request = request
+        self.key = key  # the exact-tier key (``exact_key``)
+        self.located = located  # the question in the last message and its frame (None: unclear)
+        self._cacheable: bool | None = None
+
+    def cacheable(self, judge: Callable[[str], bool]) -> bool:
+        """``judge(self.question)``: may its answer be cached (it depends neither on the time
+        nor on the asker)?  Judged at the first tier that asks; the others read the verdict."""
+        if self._cacheable is None:
+            self._cacheable = judge(self.question)
+        return self._cacheable
 
     @property
     def question(self) -> str:

@@ -77,7 +77,7 @@ def draft(
     entry: CacheEntry,
     ttl: float,
     *,
-    cacheable: Callable[[str], bool],
+    cacheable: Callable[[], bool],
     volatile: bool,
 ) -> Draft | None:
     """The payload of the point that indexes ``entry``'s question, or ``None`` when it is not
@@ -105,11 +105,18 @@ def draft(
     }
 
 
-def skip_reason(located: Located | None, cacheable: Callable[[str], bool]) -> str | None:
-    """Why a question stays out of the semantic tier, or ``None``."""
+def judged(question: str, cacheable: Callable[[str], bool]) -> bool:
+    """``cacheable`` (the time-dependence rule, ``is_cacheable``) on ``question``'s canonical
+    form: "Hi, how do I …" asks how.  The one form every tier judges."""
+    return cacheable(canonical(folded(question)))
+
+
+def skip_reason(located: Located | None, cacheable: Callable[[], bool]) -> str | None:
+    """Why a question stays out of the semantic tier, or ``None``; ``cacheable()`` is the
+    verdict on it (``Asked.cacheable``), asked only when there is a question."""
     if located is None or not comparable(located.question):
         return "no_question"  # empty, too long, code, not isolated, or no words at all
-    if not cacheable(canonical(folded(located.question))):  # "Hi, how do I …" asks how
+    if not cacheable():
         return "uncacheable"
     return None
 

@@ -59,6 +59,7 @@ from .points import (
     digest,
     draft,
     has_cjk,
+    judged,
     point_id_for,
     scope,
     skip_reason,
@@ -199,17 +200,19 @@ class SemanticTier:
         key: str = "",
         *,
         located: Located | _Unset | None = _UNSET,
+        cacheable: Callable[[], bool] | None = None,
     ) -> SemanticHit | None:
         """The best guarded match for ``request``; ``resolve`` turns a stored reference into
         the current entry (``None`` when it expired or went stale, ``StoreUnavailable`` when
         that cannot be known now).  ``key`` (the request's exact key) lets a miss be labelled
-        by the answer the LLM gives it (``learning``).  ``located``: the question, when the
-        caller located it already (``key.asked``)."""
+        by the answer the LLM gives it (``learning``).  ``located`` and ``cacheable()``: the
+        question and the verdict on it, when the caller has them already (``key.asked``)."""
         decision = Decision(digest(request.query), namespace=request.namespace)
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
+        verdict = cacheable or self._judge(located)
         try:
-            return self._decide(request, located, resolve, decision, key)
+            return self._decide(request, located, verdict, resolve, decision, key)
         finally:
             if self.audit is not None:
                 self.audit.record(decision)
@@ -218,11 +221,12 @@ class SemanticTier:
         self,
         request: CacheRequest,
         located: Located | None,
+        cacheable: Callable[[], bool],
         resolve: Callable[[str], CacheEntry | None],
         decision: Decision,
         key: str,
     ) -> SemanticHit | None:
-        skip = self._skip_reason(located)
+        skip = skip_reason(located, cacheable)
         if skip is not None:
             decision.skipped = skip
             self.metrics.incr(TIER, f"skipped_{skip}")
@@ -446,8 +450,9 @@ class SemanticTier:
                 self.metrics.incr(TIER, "hostile_points")
         return kept
 
-    def _skip_reason(self, located: Located | None) -> str | None:
-        return skip_reason(located, self.cacheable)
+    def _judge(self, located: Located | None) -> Callable[[], bool]:
+        """The verdict on ``located``'s question, worked out when asked (``points.judged``)."""
+        return lambda: located is not None and judged(located.question, self.cacheable)
 
     def threshold_for(self, category: str | None, pool: str | None = None) -> float:
         """The threshold for a category: the calibrated one, or the one ``pool``'s labels
@@ -493,7 +498,7 @@ class SemanticTier:
         ``located``: the question, when the caller located it already."""
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
-        payload = draft(request, located, ref, entry, ttl, cacheable=self.cacheable,
+        payload = draft(request, located, ref, entry, ttl, cacheable=self._judge(located),
                         volatile=self.volatile_context)  # fmt: skip
         if payload is None:
             return None
