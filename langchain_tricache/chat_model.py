@@ -146,13 +146,17 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         if request is None:
             yield from _said_stream(Outcome(map(_as_chunk, chunks()), None))
             return
+
+        def opened() -> Iterator[AIMessageChunk]:
+            self._curated(request)
+            return map(_as_chunk, chunks())
+
         try:
-            self._curated(request, semantic)
+            out = self.tricache.stream(request, opened, _chunks_answer, _replayed,
+                                       semantic=semantic)  # fmt: skip
         except _Curated as curated:
             yield from _replay(curated.result.generations[0], {"tier": "faq"})
             return
-        out = self.tricache.stream(request, lambda: map(_as_chunk, chunks()), _chunks_answer,
-                                   _replayed, semantic=semantic)  # fmt: skip
         yield from _said_stream(out)
 
     # async ---------------------------------------------------------------------------------
@@ -193,17 +197,20 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             async for chunk in self.inner.astream(messages, _inner_config(), **call):
                 yield _as_chunk(chunk)
 
+        def opened() -> AsyncIterator[AIMessageChunk]:
+            self._curated(request)
+            return chunks()
+
         if request is None:
             out: Outcome[AsyncIterator[AIMessageChunk]] = Outcome(chunks(), None)
         else:
             try:
-                self._curated(request, semantic)
+                out = await self.tricache.astream(request, opened, _chunks_answer, _areplayed,
+                                                  semantic=semantic)  # fmt: skip
             except _Curated as curated:
                 for chunk in _replay(curated.result.generations[0], {"tier": "faq"}):
                     yield chunk
                 return
-            out = await self.tricache.astream(request, chunks, _chunks_answer, _areplayed,
-                                              semantic=semantic)  # fmt: skip
         async for chunk in _asaid_stream(out):
             yield chunk
 
@@ -233,14 +240,11 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
     def _options(self, semantic: bool) -> dict[str, Any]:
         return {"semantic": semantic, "coalescer": self._coalescer}
 
-    def _curated(self, request: CacheRequest | None, semantic: bool | None = None) -> None:
-        """The app's FAQ hook (``faq=``), asked after the cache and before the model: its
-        answer ends the call (raised as ``_Curated``; never stored).  A stream asks it before
-        the flow: the cache first (``semantic``: with look-alikes or not)."""
+    def _curated(self, request: CacheRequest | None) -> None:
+        """The app's FAQ hook (``faq=``), asked after the cache missed and before the model:
+        its answer ends the call (raised as ``_Curated`` out of the flow; never stored)."""
         if self.faq is None or request is None:
             return
-        if semantic is not None and self.tricache.lookup(request, semantic=semantic) is not None:
-            return  # (the cache replays it)
         answer = self.faq(request)
         if answer is not None:
             message = AIMessage(answer, response_metadata={"tricache": {"tier": "faq"}})

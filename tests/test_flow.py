@@ -299,3 +299,32 @@ def test_a_request_is_judged_once_from_lookup_to_write_back(tmp_path: Path) -> N
         today = cache.request("What is on the menu today?")
         cache.answer(today, lambda: "Soup.", Answer, lambda hit: hit.text)
         assert len(judged) == 1 and cache.lookup(today) is None  # refused once, for every tier
+
+
+def test_the_faq_hook_answers_streams_after_one_lookup(core: Cache) -> None:
+    """``CachedChatModel(faq=)`` is asked after the cache missed and before the model, streamed
+    or not, sync or async; its answer is never stored, and the call is one lookup."""
+    inner = GenericFakeChatModel(messages=iter([AIMessage("From the model.")] * 4))
+    model = CachedChatModel(inner=inner, tricache=core,
+                            faq=lambda r: "Curated." if "refund" in r.query else None)  # fmt: skip
+
+    def lookups() -> int:
+        return int(core.stats().get("requests", {}).get("lookups", 0))
+
+    before = lookups()
+    chunks = list(model.stream("What is your refund policy?"))
+    assert "".join(str(c.content) for c in chunks) == "Curated."
+    assert chunks[0].response_metadata["tricache"]["tier"] == "faq"
+    assert lookups() == before + 1
+
+    async def astreamed() -> list[Any]:
+        return [c async for c in model.astream("What is your refund policy?")]
+
+    chunks = asyncio.run(astreamed())
+    assert "".join(str(c.content) for c in chunks) == "Curated."
+    assert lookups() == before + 2
+    assert core.lookup(core.request("What is your refund policy?")) is None  # never stored
+    before = lookups()
+    chunks = list(model.stream("What is the capital of Peru?"))  # the hook declines
+    assert "".join(str(c.content) for c in chunks) == "From the model."
+    assert lookups() == before + 1
