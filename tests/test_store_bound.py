@@ -91,6 +91,23 @@ def test_600_writes_from_two_caches_stay_within_the_bound(tmp_path: Path) -> Non
         second.close()
 
 
+def test_a_few_writes_past_the_bound_are_swept_soon(tmp_path: Path) -> None:
+    """Fewer than a tenth of the bound written after a sweep: the sweeper still runs about a
+    second after them, not at its next period (an hour here)."""
+    store = SQLiteStore(tmp_path / "l2.sqlite3", sweep_every=3600, max_entries=100)
+    try:
+        for i in range(100):
+            store.set(f"k{i}", b"x", ttl=3600)
+        assert _wait(lambda: store.size()[0] == 100)
+        time.sleep(1.5)  # (the sweeps those writes woke are done)
+        store.sweep()  # nothing left unswept
+        for i in range(100, 105):
+            store.set(f"k{i}", b"x", ttl=3600)
+        assert _wait(lambda: store.size()[0] <= 100, timeout=10), store.size()
+    finally:
+        store.close()
+
+
 def test_a_file_of_the_previous_version_opens_and_is_bounded(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
     with sqlite3.connect(path) as db:  # the schema before the bound

@@ -123,6 +123,7 @@ class SQLiteStore:
         self.evicted = 0  # entries this process's sweeps evicted for the bound
         self._touched: dict[str, float] = {}  # key → last read, until the next sweep writes it
         self._writes = 0  # since the last sweep: a bounded file's sweeper wakes early
+        self._tenth = 1  # a tenth of the bound, in entries (set by the writes)
         self.label_log_length = label_log_length
         self._label_writes: dict[str, int] = {}  # label writes per namespace (when to trim)
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -206,9 +207,15 @@ class SQLiteStore:
             )
         self._writes += 1
         bound = self.max_entries or (self.max_bytes and self.max_bytes // max(len(value), 1))
-        if bound and self._writes >= max(bound // 10, 1):
-            self._nudge.set()
+        if bound:
+            self._tenth = max(bound // 10, 1)
+            if self._writes == 1 or self._writes >= self._tenth:
+                self._nudge.set()
         return now
+
+    def writes_below_a_tenth(self) -> bool:
+        """True when this process wrote since the last sweep, less than a tenth of the bound."""
+        return 0 < self._writes < self._tenth
 
     def sweep(self) -> int:
         """Delete at most ``sweep_batch`` expired entries (and expired locks), then evict at
@@ -613,11 +620,21 @@ def _sweep_forever(
     every: float,
 ) -> None:
     """Every ``every`` seconds (or when nudged), delete expired entries and evict beyond the
-    bound one batch at a time, pausing between batches so other writers get the lock.  Ends
-    when the store is closed or garbage."""
+    bound one batch at a time, pausing between batches so other writers get the lock.  A
+    bounded store nudges it at its first write after a sweep (swept ``_TRAILING_S`` later, so
+    a burst is swept once: the bound holds soon after the last write, not a period later) and
+    at every tenth of the bound written (swept now).  Ends when the store is closed or
+    garbage."""
     while True:
         nudge.wait(every)
         nudge.clear()
+        if stop.is_set():
+            return
+        store = store_ref()
+        trailing = store is not None and store.writes_below_a_tenth()
+        del store
+        if trailing and stop.wait(_TRAILING_S):
+            return
         if stop.is_set():
             return
         while not stop.is_set():
@@ -635,6 +652,7 @@ def _sweep_forever(
 
 
 _SWEEP_PAUSE_S = 0.005
+_TRAILING_S = 1.0  # a bounded store's sweep after its last writes
 _TOUCHED_MAX = 100_000  # reads remembered between sweeps (beyond: not counted as a use)
 TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader away longer rebuilds)
 
