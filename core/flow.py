@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
@@ -32,7 +40,7 @@ from .runtime.steps import Call, Enter, Steps, arun, run
 if TYPE_CHECKING:
     from .cache import Cache
 
-__all__ = ["Answer", "Outcome", "Reuse", "reuse"]
+__all__ = ["Answer", "Outcome", "Reuse", "finish_reason", "reuse"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,39 @@ FAILED = frozenset({"content_filter", "safety", "SAFETY", "recitation", "RECITAT
                     "ERROR", "blocklist", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "refusal",
                     "guardrail_intervened", "MALFORMED_FUNCTION_CALL", "ERROR_TOXIC",
                     "content_filtered"})  # fmt: skip
+
+
+# Where providers put that reason: LangChain's response_metadata and generation_info, raw
+# responses (OpenAI's choices, Gemini's candidates, Ollama's done_reason, Bedrock's stopReason).
+_FINISH_FIELDS = ("finish_reason", "stop_reason", "done_reason", "stopReason", "finishReason")
+_ALTERNATIVES = ("choices", "candidates")
+
+
+def finish_reason(response: Any) -> Any:
+    """The finish or stop reason a provider reported in ``response`` (a mapping or an SDK
+    object: metadata, a raw response), at its top level or in its first choice or candidate;
+    ``None`` when it reported none."""
+    for name in _FINISH_FIELDS:
+        if (reason := _field(response, name)) is not None:
+            return reason
+    for name in _ALTERNATIVES:
+        found = _field(response, name)
+        if isinstance(found, Sequence) and not isinstance(found, str | bytes) and found:
+            for field in _FINISH_FIELDS:
+                if (reason := _field(found[0], field)) is not None:
+                    return reason
+    return None
+
+
+def _field(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # a provider object with odd properties
+        return None
 
 
 def reuse(answer: Answer) -> Reuse:

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, mes
 from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache.flow import FINISHED, Answer
+from tricache.flow import finish_reason as provider_finish
 from tricache.key.conversation import (
     Conversation,
     canonical_calls,
@@ -214,10 +215,9 @@ def _detached(value: Any) -> Any:
 
 def finish_reason(generation: Generation) -> Any:
     """The provider's finish or stop reason for ``generation``, if it gave one."""
-    finish = (generation.generation_info or {}).get("finish_reason")
-    if isinstance(generation, ChatGeneration):
-        meta = generation.message.response_metadata
-        finish = finish or meta.get("finish_reason") or meta.get("stop_reason")
+    finish = provider_finish(generation.generation_info)
+    if finish is None and isinstance(generation, ChatGeneration):
+        finish = provider_finish(generation.message.response_metadata)
     return finish
 
 
@@ -228,7 +228,7 @@ def answer_of(generations: Sequence[Generation], model: str = "") -> Answer:
     return Answer(
         "".join(g.text for g in generations),
         payload_from_generations(generations),
-        finish=next((r for r in reasons if r not in FINISHED), None),
+        finish=next((r for r in reasons if not _finished(r)), None),
         tool_calls=any(
             isinstance(g, ChatGeneration) and getattr(g.message, "tool_calls", None)
             for g in generations
@@ -236,6 +236,10 @@ def answer_of(generations: Sequence[Generation], model: str = "") -> Answer:
         tokens=usage_tokens(generations),
         model=model,
     )
+
+
+def _finished(reason: Any) -> bool:
+    return (reason is None or isinstance(reason, str)) and reason in FINISHED
 
 
 def usage_tokens(generations: Sequence[Generation]) -> int:

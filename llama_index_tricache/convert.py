@@ -24,6 +24,7 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 
+from tricache.flow import finish_reason as provider_finish
 from tricache.key.conversation import (
     Conversation,
     canonical_calls,
@@ -278,11 +279,7 @@ def has_tool_calls(message: ChatMessage) -> bool:
 
 def finish_reason(raw: Any) -> Any:
     """The provider's finish/stop reason from a raw response (dict or SDK object), if any."""
-    reason = _field(raw, "stop_reason") or _field(raw, "finish_reason")
-    choices = _field(raw, "choices")
-    if not reason and isinstance(choices, Sequence) and choices:
-        reason = _field(choices[0], "finish_reason")
-    return reason
+    return provider_finish(raw)
 
 
 def usage_tokens(response: ChatResponse | CompletionResponse) -> int:

@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
 from llama_index.core.llms import CustomLLM, LLMMetadata
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from langchain_tricache import CachedChatModel, TriCache
 from llama_index_tricache import TriCacheLLM
@@ -60,7 +60,7 @@ def test_the_reuse_rule(answer: Answer, expected: Reuse) -> None:
 class _Filtered(CustomLLM):
     """A LlamaIndex model whose answers carry a finish reason in their raw response."""
 
-    finish: str = "stop"
+    raw: dict[str, Any] = Field(default_factory=dict)
     _calls: list[int] = PrivateAttr(default_factory=list)  # (a field would be in the key)
 
     @property
@@ -74,8 +74,8 @@ class _Filtered(CustomLLM):
     @llm_chat_callback()
     def chat(self, messages: Any, **kwargs: Any) -> ChatResponse:
         self._calls.append(1)
-        raw = {"choices": [{"finish_reason": self.finish}]}
-        return ChatResponse(message=ChatMessage(role="assistant", content="Paris."), raw=raw)
+        message = ChatMessage(role="assistant", content="Paris.")
+        return ChatResponse(message=message, raw=self.raw)
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
@@ -90,24 +90,36 @@ class _Filtered(CustomLLM):
             yield CompletionResponse(text=so_far, delta=piece)
 
 
-def _lc_model(finish: str) -> tuple[GenericFakeChatModel, list[int]]:
+def _lc_model(meta: dict[str, Any]) -> tuple[GenericFakeChatModel, list[int]]:
     asked: list[int] = []
 
     def answers() -> Any:
         while True:
             asked.append(1)
-            yield AIMessage("Paris.", response_metadata={"finish_reason": finish})
+            yield AIMessage("Paris.", response_metadata=meta)
 
     return GenericFakeChatModel(messages=answers()), asked
 
 
-@pytest.mark.parametrize(("finish", "again", "reworded"),
-                         [("stop", 0, 0), ("length", 0, 1), ("content_filter", 1, 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("meta", "again", "reworded"),
+    [
+        ({"finish_reason": "stop"}, 0, 0),
+        ({"choices": [{"finish_reason": "length"}]}, 0, 1),  # OpenAI's raw response
+        ({"done_reason": "length"}, 0, 1),  # Ollama
+        ({"stopReason": "max_tokens"}, 0, 1),  # Bedrock Converse
+        ({"candidates": [{"finish_reason": "MAX_TOKENS"}]}, 0, 1),  # Gemini's raw response
+        ({"finish_reason": "content_filter"}, 1, 1),
+        ({"stopReason": "guardrail_intervened"}, 1, 1),
+    ],
+    ids=repr,
+)
 def test_both_frameworks_reuse_the_same_answers(
-    core: Cache, finish: str, again: int, reworded: int
+    core: Cache, meta: dict[str, Any], again: int, reworded: int
 ) -> None:
     """How many more model calls the same question, then a reworded one, cost: the same
-    through LangChain's global cache, ``CachedChatModel`` and LlamaIndex."""
+    through LangChain's global cache, ``CachedChatModel`` and LlamaIndex, wherever the
+    provider put its finish reason (the metadata LangChain gives, LlamaIndex's raw response)."""
     question, rewording = "What is the capital of France?", "What's the capital of France?"
     counts = []
     for namespace, ask in [
@@ -118,13 +130,13 @@ def test_both_frameworks_reuse_the_same_answers(
         cache = Cache(path=core.settings.path, namespace=namespace, warm=True)
         try:
             if ask == "llama":
-                inner = _Filtered(finish=finish)
+                inner = _Filtered(raw=meta)
                 llm = TriCacheLLM(inner, cache=cache)
                 for q in (question, question, rewording):
                     llm.chat([ChatMessage(role="user", content=q)])
                 made = inner.calls
             else:
-                model, asked = _lc_model(finish)
+                model, asked = _lc_model(meta)
                 if ask == "model":
                     wrapped = CachedChatModel(inner=model, tricache=cache)
                     for q in (question, question, rewording):
