@@ -207,24 +207,28 @@ class Cache:
         return Coalescer(self.exact.store, timeout=timeout)
 
     # lookup --------------------------------------------------------------------------------
-    def lookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
+    def lookup(
+        self, request: CacheRequest, *, semantic: bool = True, faq: bool = True
+    ) -> Hit | None:
         """The cached answer for ``request``, or ``None``.  Never raises for store trouble.
 
-        ``semantic=False`` asks the exact tier only (for prompts that must match exactly)."""
-        return run(self._lookup(request, semantic))
+        ``semantic=False`` asks the exact tier only (for prompts that must match exactly);
+        ``faq=False`` leaves the curated answers out (a call that wants tools called or an
+        answer in a format: a curated text is not what it asks for)."""
+        return run(self.lookup_steps(self.asked(request), semantic, faq))
 
-    async def alookup(self, request: CacheRequest, *, semantic: bool = True) -> Hit | None:
+    async def alookup(
+        self, request: CacheRequest, *, semantic: bool = True, faq: bool = True
+    ) -> Hit | None:
         """``lookup`` from async code: store calls awaited, embedding in a thread."""
-        return await arun(self._lookup(request, semantic))
+        return await arun(self.lookup_steps(self.asked(request), semantic, faq))
 
-    def _lookup(self, request: CacheRequest, semantic: bool) -> Steps[Hit | None]:
-        return self.lookup_steps(self.asked(request), semantic)
-
-    def lookup_steps(self, asked: Asked, semantic: bool) -> Steps[Hit | None]:
+    def lookup_steps(self, asked: Asked, semantic: bool, faq: bool = True) -> Steps[Hit | None]:
         """The lookup, once for both: exact → semantic → FAQ (steps: ``runtime/steps.py``)."""
         self.metrics.incr("requests", "lookups")
+        faq = faq and semantic  # (curated answers match questions, as the semantic tier does)
         if not self._may_cache(asked):  # curated answers only
-            if not semantic:
+            if not faq:
                 return None
             return self._unlabelled(asked, (yield Off(self._faq_lookup, asked)))
         start = time.perf_counter()
@@ -239,13 +243,13 @@ class Cache:
             return self._unlabelled(asked, self._exact_hit(found))
         if not semantic:
             return None
-        hit = yield Off(self._other_tiers, asked)  # embedding is CPU work: a thread in async
+        hit = yield Off(self._other_tiers, asked, faq)  # embedding: a thread in async
         if hit is not None:  # a miss answered by another tier: no answer will be written
             self.exact.settle(asked.key)
         return self._unlabelled(asked, hit)
 
-    def _other_tiers(self, asked: Asked) -> Hit | None:
-        return self._semantic_lookup(asked) or self._faq_lookup(asked)
+    def _other_tiers(self, asked: Asked, faq: bool) -> Hit | None:
+        return self._semantic_lookup(asked) or (self._faq_lookup(asked) if faq else None)
 
     def _unlabelled(self, asked: Asked, hit: Hit | None) -> Hit | None:
         """A request the cache answered labels nothing, even if the app stores the answer it
@@ -308,8 +312,11 @@ class Cache:
         except Exception as exc:  # a damaged or locked FAQ file: a miss, like a failing tier
             failed(self.metrics, "faq lookup", exc)
             return None
-        question = faq_question(asked) if store is not None else None
-        if store is None or settings is None or question is None:
+        if store is None or settings is None:
+            return None
+        question = faq_question(asked, settings.systems)
+        if question is None:
+            self.metrics.incr("faq", "skipped_context")  # a conversation, context, a system
             return None
         if len(question) > MAX_QUESTION_CHARS:  # a bounded-time miss
             self.metrics.incr("faq", "skipped_too_long")
@@ -419,6 +426,7 @@ class Cache:
         served: Callable[[Hit], T | None],
         *,
         semantic: bool = True,
+        faq: bool = True,
         coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
@@ -429,7 +437,7 @@ class Cache:
         ``coalescer``, concurrent identical misses make one call.  Never raises for store
         trouble; what ``ask`` raises propagates, and nothing is stored."""
         steps = answer_steps(self, request, Call(ask, _unused), convert, served,
-                             semantic=semantic, coalescer=coalescer, ttl=_ttl(ttl),
+                             semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
                              category=category)  # fmt: skip
         return run(steps)
 
@@ -441,13 +449,14 @@ class Cache:
         served: Callable[[Hit], T | None],
         *,
         semantic: bool = True,
+        faq: bool = True,
         coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
     ) -> Outcome[T]:
         """``answer`` from async code (``ask`` a coroutine function)."""
         steps = answer_steps(self, request, Call(_unused, ask), convert, served,
-                             semantic=semantic, coalescer=coalescer, ttl=_ttl(ttl),
+                             semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
                              category=category)  # fmt: skip
         return await arun(steps)
 
@@ -459,6 +468,7 @@ class Cache:
         replay: Callable[[Hit], Iterator[C] | None],
         *,
         semantic: bool = True,
+        faq: bool = True,
         ttl: float | None = None,
         category: str | None = None,
     ) -> Outcome[Iterator[C]]:
@@ -466,7 +476,7 @@ class Cache:
         (``open_stream()``) passed through and stored once complete (``combine`` makes the
         ``Answer`` of its chunks)."""
         asked = self.asked(request)
-        found = run(cached_steps(self, asked, replay, semantic))
+        found = run(cached_steps(self, asked, replay, semantic, faq))
         if found is not None:
             return found
         options = dict(semantic=semantic, began=self.exact.began(asked.key), ttl=_ttl(ttl),
@@ -481,13 +491,14 @@ class Cache:
         replay: Callable[[Hit], AsyncIterator[C] | None],
         *,
         semantic: bool = True,
+        faq: bool = True,
         ttl: float | None = None,
         category: str | None = None,
     ) -> Outcome[AsyncIterator[C]]:
         """``stream`` from async code (``open_stream`` returns an async iterator, or a
         coroutine that makes one)."""
         asked = self.asked(request)
-        found = await arun(cached_steps(self, asked, replay, semantic))
+        found = await arun(cached_steps(self, asked, replay, semantic, faq))
         if found is not None:
             return found
         options = dict(semantic=semantic, began=self.exact.began(asked.key), ttl=_ttl(ttl),

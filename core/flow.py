@@ -40,7 +40,7 @@ from .runtime.steps import Call, Enter, Steps, arun, run
 if TYPE_CHECKING:
     from .cache import Cache
 
-__all__ = ["Answer", "Outcome", "Reuse", "finish_reason", "reuse"]
+__all__ = ["SHAPING_OPTIONS", "Answer", "Outcome", "Reuse", "finish_reason", "reuse"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,16 @@ def finish_reason(response: Any) -> Any:
     return None
 
 
+# The options with which a call asks for tools to be called or for an answer in a format
+# (OpenAI, Anthropic, Gemini, Ollama, vLLM, LangChain's structured output, LlamaIndex's
+# programs): a curated text answer is not what such a call wants.
+SHAPING_OPTIONS = frozenset({"tools", "functions", "tool_choice", "function_call",
+                             "response_format", "ls_structured_output_format", "format",
+                             "response_schema", "response_mime_type", "guided_json",
+                             "guided_regex", "guided_choice", "guided_grammar", "json_schema",
+                             "output_cls", "structured_output"})  # fmt: skip
+
+
 def _field(obj: Any, name: str) -> Any:
     if obj is None:
         return None
@@ -151,20 +161,21 @@ def answer_steps(
     served: Callable[[Hit], T | None],
     *,
     semantic: bool,
+    faq: bool = True,
     coalescer: Coalescer | None,
     ttl: float | None,
     category: str | None = None,
 ) -> Steps[Outcome[T]]:
     """A hit, else the model's answer (``ask``), stored as ``reuse`` allows."""
     asked = cache.asked(request)
-    found = yield from cached_steps(cache, asked, served, semantic)
+    found = yield from cached_steps(cache, asked, served, semantic, faq)
     if found is not None:
         return found
     began = cache.exact.began(asked.key)
     if coalescer is not None:
         leader = yield Enter(coalescer.turn, coalescer.aturn, asked.key)
         if not leader:  # another caller answered meanwhile, or gave up
-            found = yield from cached_steps(cache, asked, served, semantic)
+            found = yield from cached_steps(cache, asked, served, semantic, faq)
             if found is not None:
                 return found
             began = cache.exact.began(asked.key)
@@ -175,12 +186,16 @@ def answer_steps(
 
 
 def cached_steps(
-    cache: Cache, asked: Asked, served: Callable[[Hit], T | None], semantic: bool
+    cache: Cache,
+    asked: Asked,
+    served: Callable[[Hit], T | None],
+    semantic: bool,
+    faq: bool = True,
 ) -> Steps[Outcome[T] | None]:
     """The framework's answer from the cache, or ``None``: a miss, a hit that does not fit
     (``served`` returned ``None``), or one the adapter cannot read (``served`` raised: valid
     MessagePack, not a payload of its own; counted as corrupt)."""
-    hit = yield from cache.lookup_steps(asked, semantic)
+    hit = yield from cache.lookup_steps(asked, semantic, faq)
     if hit is None:
         return None
     try:

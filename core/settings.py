@@ -209,16 +209,25 @@ _INDEXES = ("auto", "replica", "redis-search")
 @dataclass(frozen=True, slots=True)
 class Faq:
     """The curated FAQ fallback (``learn``: its threshold learned from the app's traffic,
-    as the semantic tier's)."""
+    as the semantic tier's).
+
+    Curated answers are written for the question alone, so they answer only a first question
+    asked bare: no conversation, no context around it (a template's retrieved passages), no
+    tools or answer format asked for, and no system prompt but those in ``systems`` (the
+    app's own, as it sends them: "Reply only in French" may not get an English answer)."""
 
     path: str | Path | None = None  # None: beside the L2 file, or in the data directory
     threshold: float = 0.80
     learn: Learn | None = None
+    systems: tuple[str, ...] = ()  # the system prompts the curated answers are right under
 
     def __post_init__(self) -> None:
         _optional("Faq", "path", self.path, (str, Path))
         _number("Faq", "threshold", self.threshold, 0, 1)
         _optional("Faq", "learn", self.learn, Learn)
+        if isinstance(self.systems, str) or not all(isinstance(s, str) for s in self.systems):
+            raise TypeError("Faq(systems=) takes a sequence of system prompts (str)")
+        object.__setattr__(self, "systems", tuple(self.systems))
 
 
 @dataclass(frozen=True, slots=True)

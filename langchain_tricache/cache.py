@@ -25,6 +25,7 @@ from .convert import (
     llm_key,
     model_name,
     parse_prompt,
+    shapes_answer,
 )
 
 __all__ = ["TriCache", "current_tenant", "tenant"]
@@ -76,7 +77,9 @@ class TriCache(CacheVerbs, BaseCache):
         request, semantic = self._request(prompt, llm_string)
         if request is None:
             return None
-        return self._generations(self.tricache.lookup(request, semantic=semantic), _is_chat(prompt))
+        faq = not shapes_answer(llm_string)
+        hit = self.tricache.lookup(request, semantic=semantic, faq=faq)
+        return self._generations(hit, _is_chat(prompt))
 
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
         stored = self._stored(prompt, llm_string, return_val)
@@ -94,7 +97,8 @@ class TriCache(CacheVerbs, BaseCache):
         request, semantic = self._request(prompt, llm_string)
         if request is None:
             return None
-        hit = await self.tricache.alookup(request, semantic=semantic)
+        faq = not shapes_answer(llm_string)
+        hit = await self.tricache.alookup(request, semantic=semantic, faq=faq)
         return self._generations(hit, _is_chat(prompt))
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:

@@ -62,6 +62,7 @@ from .convert import (
     llm_key,
     parse_messages,
     payload_from_generations,
+    shapes_answer,
     usage_tokens,
 )
 
@@ -117,7 +118,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
-        request, semantic = self._request(messages, call)
+        request, flags = self._request(messages, call)
 
         def ask() -> AIMessage:
             self._curated(request)
@@ -127,7 +128,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             return _result(Outcome(ask(), None))
         try:
             return _result(self.tricache.answer(request, ask, _answer, _served,
-                                                **self._options(semantic)))  # fmt: skip
+                                                **self._options(flags)))  # fmt: skip
         except _Curated as curated:
             return curated.result
 
@@ -139,7 +140,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         call = _call_args(stop, kwargs)
-        request, semantic = self._request(messages, call)
+        request, flags = self._request(messages, call)
         # LangChain reports each chunk this yields (``on_llm_new_token``): reporting it here
         # too, or letting the wrapped model report it to the same handlers, doubles it.
         chunks = partial(self.inner.stream, messages, _inner_config(), **call)
@@ -153,7 +154,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
 
         try:
             out = self.tricache.stream(request, opened, _chunks_answer, _replayed,
-                                       semantic=semantic)  # fmt: skip
+                                       **flags)  # fmt: skip
         except _Curated as curated:
             yield from _replay(curated.result.generations[0], {"tier": "faq"})
             return
@@ -168,7 +169,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
-        request, semantic = self._request(messages, call)
+        request, flags = self._request(messages, call)
 
         async def ask() -> AIMessage:
             self._curated(request)
@@ -178,7 +179,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             return _result(Outcome(await ask(), None))
         try:
             out = await self.tricache.aanswer(request, ask, _answer, _served,
-                                              **self._options(semantic))  # fmt: skip
+                                              **self._options(flags))  # fmt: skip
         except _Curated as curated:
             return curated.result
         return _result(out)
@@ -191,7 +192,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         call = _call_args(stop, kwargs)
-        request, semantic = self._request(messages, call)
+        request, flags = self._request(messages, call)
 
         async def chunks() -> AsyncIterator[AIMessageChunk]:
             async for chunk in self.inner.astream(messages, _inner_config(), **call):
@@ -206,7 +207,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         else:
             try:
                 out = await self.tricache.astream(request, opened, _chunks_answer, _areplayed,
-                                                  semantic=semantic)  # fmt: skip
+                                                  **flags)  # fmt: skip
             except _Curated as curated:
                 for chunk in _replay(curated.result.generations[0], {"tier": "faq"}):
                     yield chunk
@@ -217,15 +218,16 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
     # the cache -----------------------------------------------------------------------------
     def _request(
         self, messages: Sequence[BaseMessage], call: dict[str, Any]
-    ) -> tuple[CacheRequest | None, bool]:
-        """The request for ``messages`` sent with ``call``; ``None`` when the wrapped model
-        cannot be told (the call then passes through uncached)."""
+    ) -> tuple[CacheRequest | None, dict[str, bool]]:
+        """The request for ``messages`` sent with ``call``, and what may answer it (look-alikes,
+        curated answers); ``None`` when the wrapped model cannot be told (the call then passes
+        through uncached)."""
         llm_string = _llm_string(self.inner, call)
         if llm_string is None:
             if not self._warned:
                 self._warned = True
                 log.warning("tricache: not caching: cannot tell which model %r is", self.inner)
-            return None, False
+            return None, {}
         parsed = parse_messages(messages)
         request = self.tricache.request(
             parsed.query,
@@ -235,10 +237,10 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             llm_key=llm_key(llm_string),
             query_meta=parsed.query_meta,
         )
-        return request, parsed.semantic
+        return request, {"semantic": parsed.semantic, "faq": not shapes_answer(llm_string)}
 
-    def _options(self, semantic: bool) -> dict[str, Any]:
-        return {"semantic": semantic, "coalescer": self._coalescer}
+    def _options(self, flags: dict[str, bool]) -> dict[str, Any]:
+        return {**flags, "coalescer": self._coalescer}
 
     def _curated(self, request: CacheRequest | None) -> None:
         """The app's FAQ hook (``faq=``), asked after the cache missed and before the model:

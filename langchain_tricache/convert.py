@@ -17,7 +17,7 @@ import msgpack
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, Generation
 
-from tricache.flow import FINISHED, Answer
+from tricache.flow import FINISHED, SHAPING_OPTIONS, Answer
 from tricache.flow import finish_reason as provider_finish
 from tricache.key.conversation import (
     Conversation,
@@ -236,6 +236,12 @@ def answer_of(generations: Sequence[Generation], model: str = "") -> Answer:
         tokens=usage_tokens(generations),
         model=model,
     )
+
+
+def shapes_answer(llm_string: str) -> bool:
+    """True when the call asks for tools or an answer format (``flow.SHAPING_OPTIONS``):
+    LangChain's llm_string lists the call's options as ``('name', value)`` pairs."""
+    return any(f"('{name}', " in llm_string for name in SHAPING_OPTIONS)
 
 
 def _finished(reason: Any) -> bool:

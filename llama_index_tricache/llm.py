@@ -38,6 +38,7 @@ from llama_index.core.prompts import BasePromptTemplate
 from pydantic import Field, PrivateAttr, SerializeAsAny
 
 from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
+from tricache.flow import SHAPING_OPTIONS
 from tricache.key.conversation import Conversation, stream_pieces
 from tricache.key.options import entry_options, options_from
 from tricache.key.tenancy import current_tenant
@@ -77,6 +78,7 @@ _templated: ContextVar[_Template | None] = ContextVar("tricache_templated", defa
 class _Call:
     request: CacheRequest
     semantic: bool  # may look-alikes be served (a template's question) or only this prompt
+    faq: bool  # may a curated answer (not when the call asks for tools or a format)
     ttl: float | None = None  # the lifetime the call asked for (``tricache_ttl=``)
 
 
@@ -323,7 +325,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         except Exception as exc:  # an odd message is a miss, never an error in the app
             log.warning("tricache: call not cacheable (%s)", exc)
             return None
-        return self._call(conversation, llm_key(self.llm, "chat", kwargs), options)
+        return self._call(conversation, llm_key(self.llm, "chat", kwargs), kwargs, options)
 
     def _completion_call(
         self, prompt: str, formatted: bool, kwargs: dict[str, Any]
@@ -332,9 +334,12 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a str")
         conversation = _keyed(Conversation(prompt), lambda: [("prompt", prompt, "")])
-        return self._call(conversation, llm_key(self.llm, f"complete:{formatted}", kwargs), options)
+        key = llm_key(self.llm, f"complete:{formatted}", kwargs)
+        return self._call(conversation, key, kwargs, options)
 
-    def _call(self, conversation: Conversation, key: str, options: dict[str, Any]) -> _Call | None:
+    def _call(
+        self, conversation: Conversation, key: str, kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> _Call | None:
         """The request, or ``None`` when the call cannot be cached (it then goes to the LLM)."""
         with entry_options(**options):  # (a bad option is the caller's error: raised)
             try:
@@ -346,14 +351,15 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
                     llm_key=key,
                     query_meta=conversation.query_meta,
                 )
-                return _Call(request, conversation.semantic, ttl=options.get("ttl"))
+                faq = SHAPING_OPTIONS.isdisjoint(kwargs)
+                return _Call(request, conversation.semantic, faq, ttl=options.get("ttl"))
             except Exception as exc:  # an odd prompt is a miss, never an error in the app
                 log.warning("tricache: call not cacheable (%s)", exc)
                 return None
 
     def _options(self, call: _Call, coalesce: bool = True) -> dict[str, Any]:
         """How the flow treats ``call``: look-alikes or not, its lifetime, its coalescer."""
-        options: dict[str, Any] = {"semantic": call.semantic, "ttl": call.ttl}
+        options: dict[str, Any] = {"semantic": call.semantic, "faq": call.faq, "ttl": call.ttl}
         if coalesce:
             options["coalescer"] = self._coalescer
         return options

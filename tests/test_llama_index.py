@@ -447,9 +447,9 @@ def lookups(core: Cache, monkeypatch: pytest.MonkeyPatch) -> list[tuple[CacheReq
     seen: list[tuple[CacheRequest, bool]] = []
     lookup_steps = core.lookup_steps  # (what lookup, alookup and the flow's answer run)
 
-    def spy(asked: Any, semantic: bool) -> Any:
+    def spy(asked: Any, semantic: bool, faq: bool = True) -> Any:
         seen.append((asked.request, semantic))
-        return lookup_steps(asked, semantic)
+        return lookup_steps(asked, semantic, faq)
 
     monkeypatch.setattr(core, "lookup_steps", spy)
     return seen

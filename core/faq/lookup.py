@@ -23,10 +23,14 @@ __all__ = ["MAX_QUESTION_CHARS", "faq_hit", "faq_question", "lang"]
 MAX_QUESTION_CHARS = 2000  # what the FAQ embeds and compares: longer questions are a miss
 
 
-def faq_question(asked: Asked) -> str | None:
+def faq_question(asked: Asked, systems: tuple[str, ...] = ()) -> str | None:
     """The question of ``asked`` when the FAQ may answer it: a first question, asked bare
-    (curated answers fit neither a conversation under way nor a template with context)."""
-    if asked.request.history or asked.located is None or asked.located.frame:
+    (curated answers fit neither a conversation under way nor a template with context), under
+    no system prompt or one of ``systems`` (``Faq(systems=)``)."""
+    request = asked.request
+    if request.history or asked.located is None or asked.located.frame:
+        return None
+    if request.system and request.system not in systems:
         return None
     return asked.located.question
 
