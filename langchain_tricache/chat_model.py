@@ -23,9 +23,11 @@ uncached: a key that cannot tell two models apart would serve one's answers for 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, TypeVar
 
@@ -44,6 +46,7 @@ from langchain_core.runnables import (
     RunnableWithFallbacks,
     ensure_config,
 )
+from langchain_core.runnables.configurable import DynamicRunnable
 from langchain_core.runnables.retry import RunnableRetry
 from langchain_core.tracers._streaming import (
     _StreamingCallbackHandler,
@@ -108,6 +111,41 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         return self.model_copy(update={"inner": inner})
 
     # ``with_structured_output``: BaseChatModel's, through ``bind_tools`` above.
+
+    # LangChain's entry points, with the config they were called with in context --------------
+    def invoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AIMessage:
+        with _calling(config):
+            return super().invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AIMessage:
+        with _calling(config):
+            return await super().ainvoke(input, config, **kwargs)
+
+    def stream(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[AIMessageChunk]:
+        chunks = super().stream(input, config, **kwargs)
+        while True:
+            with _calling(config):  # (each step: a generator may end in another context)
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    async def astream(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[AIMessageChunk]:
+        chunks = super().astream(input, config, **kwargs)
+        while True:
+            with _calling(config):
+                chunk = await anext(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
 
     # sync ----------------------------------------------------------------------------------
     def _generate(
@@ -406,8 +444,9 @@ def _call_args(stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]
 
 def _llm_string(inner: Runnable[Any, Any], call: dict[str, Any]) -> str | None:
     """The LangChain llm_string of every chat model ``inner`` may call, with the arguments
-    that reach it; ``None`` when ``inner`` wraps anything else."""
-    models = _chat_models(inner, {})
+    that reach it (and the call's ``configurable`` choices); ``None`` when ``inner`` wraps
+    anything else."""
+    models = _chat_models(inner, {}, _configurable())
     if models is None:
         return None
     strings = []
@@ -418,18 +457,23 @@ def _llm_string(inner: Runnable[Any, Any], call: dict[str, Any]) -> str | None:
 
 
 def _chat_models(
-    inner: Runnable[Any, Any], bound: dict[str, Any]
+    inner: Runnable[Any, Any], bound: dict[str, Any], configurable: dict[str, Any]
 ) -> list[tuple[dict[str, Any], BaseChatModel]] | None:
-    """The chat models behind bindings, retries and fallbacks, each with its bound keywords
-    (outer bindings win, as in LangChain); ``None`` when something else is in the way."""
+    """The chat models behind bindings, retries, fallbacks and configurable fields or
+    alternatives (as ``configurable`` chooses), each with its bound keywords (outer bindings
+    win, as in LangChain); ``None`` when something else is in the way."""
     if isinstance(inner, BaseChatModel):
         return [(bound, inner)]
     if isinstance(inner, RunnableBinding | RunnableRetry):  # .bind(), .with_retry() …
-        return _chat_models(inner.bound, {**inner.kwargs, **bound})
+        chosen = {**(inner.config or {}).get("configurable", {}), **configurable}
+        return _chat_models(inner.bound, {**inner.kwargs, **bound}, chosen)
+    if isinstance(inner, DynamicRunnable):  # .configurable_fields(), _alternatives()
+        prepared, _ = inner.prepare({"configurable": configurable})
+        return _chat_models(prepared, bound, configurable)
     if isinstance(inner, RunnableWithFallbacks):
         models: list[tuple[dict[str, Any], BaseChatModel]] = []
         for runnable in (inner.runnable, *inner.fallbacks):
-            found = _chat_models(runnable, bound)
+            found = _chat_models(runnable, bound, configurable)
             if found is None:
                 return None
             models += found
@@ -472,7 +516,26 @@ def _inner_config() -> RunnableConfig:
                 callbacks.remove_handler(handler)
     elif isinstance(callbacks, list):
         callbacks = [h for h in callbacks if not _collects_stream(h)]
-    return {"callbacks": callbacks, "tags": [INNER_TAG]}
+    return {"callbacks": callbacks, "tags": [INNER_TAG], "configurable": _configurable()}
+
+
+# The config this model was called with: LangChain does not pass it on to ``_generate`` or
+# ``_stream``, and the wrapped model must see its ``configurable`` choices (a temperature, an
+# alternative model) — in its key too.
+_called_with: ContextVar[RunnableConfig | None] = ContextVar("tricache_called_with", default=None)
+
+
+def _configurable() -> dict[str, Any]:
+    return dict((_called_with.get() or {}).get("configurable") or {})
+
+
+@contextlib.contextmanager
+def _calling(config: RunnableConfig | None) -> Iterator[None]:
+    token = _called_with.set(config)
+    try:
+        yield
+    finally:
+        _called_with.reset(token)
 
 
 def _collects_stream(handler: Any) -> bool:

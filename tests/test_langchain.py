@@ -914,3 +914,34 @@ def test_a_chain_streams_each_token_once(core: Cache) -> None:
         return "".join([c.content async for c in chain.astream({"q": "Peru's capital?"})])
 
     assert asyncio.run(astream()) == answer
+
+
+def test_a_configurable_inner_model_gets_the_calls_choices_and_keys_on_them(
+    tmp_path: Path,
+) -> None:
+    """``config={"configurable": ...}`` reaches the wrapped model (LangChain does not pass it
+    to ``_generate``), and two choices never share an answer: invoke, stream, ainvoke."""
+    from langchain_core.runnables import ConfigurableField
+
+    from oracles import ChatOracle
+
+    oracle = ChatOracle()
+    fields = oracle.configurable_fields(temperature=ConfigurableField(id="temp"))
+    alternatives = oracle.configurable_alternatives(
+        ConfigurableField(id="model"), default_key="a", b=ChatOracle(temperature=0.5)
+    )
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False) as cache:
+        for inner, choices in ((fields, [{"temp": 0.9}, {"temp": 0.1}, {}]),
+                               (alternatives, [{"model": "b"}, {}])):  # fmt: skip
+            model = CachedChatModel(inner=inner, tricache=cache)
+            for choice in choices * 2:  # the second round from the cache
+                config: Any = {"configurable": choice}
+                expected = inner.invoke("Write a limerick.", config=config).content
+                assert model.invoke("Write a limerick.", config=config).content == expected
+                chunks = model.stream("Write a limerick.", config=config)
+                streamed = "".join(str(c.content) for c in chunks)
+                assert streamed == expected
+                said = asyncio.run(model.ainvoke("Write a limerick.", config=config))
+                assert said.content == expected
+        exact = cache.stats()["exact"]
+        assert exact["misses"] == 4 and exact["hits_l1"] >= 10  # cached, one entry per choice
