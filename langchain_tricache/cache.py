@@ -123,6 +123,8 @@ class TriCache(CacheVerbs, BaseCache):
     def _request(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
         if not isinstance(prompt, str) or not isinstance(llm_string, str):
             raise TypeError("prompt and llm_string must be str")
+        if "<class '" in llm_string:  # a class passed to the call (response_format=Invoice):
+            return None, False  # the llm_string names it, not its fields: not cached
         # (config={"metadata": {"tricache_ttl": 600}}; a bad option is the caller's error)
         with entry_options(**chain_options()):
             try:

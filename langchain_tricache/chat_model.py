@@ -52,7 +52,7 @@ from langchain_core.tracers._streaming import (
     _StreamingCallbackHandler,
     _V2StreamingCallbackHandler,
 )
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
 from tricache.key.conversation import stream_pieces
@@ -452,8 +452,17 @@ def _llm_string(inner: Runnable[Any, Any], call: dict[str, Any]) -> str | None:
     strings = []
     for bound, model in models:
         params = {**bound, **call}  # what a call's keywords do to bound ones in LangChain
-        strings.append(model._get_llm_string(**params))
+        strings.append(model._get_llm_string(**{k: _schema(v) for k, v in params.items()}))
     return strings[0] if len(strings) == 1 else json.dumps(strings)
+
+
+def _schema(value: Any) -> Any:
+    """An output class given as a keyword (``response_format=Invoice``) as its JSON schema:
+    LangChain's llm_string writes its name only, and a field added must change the key."""
+    if isinstance(value, type) and issubclass(value, BaseModel):
+        return {"class": f"{value.__module__}.{value.__qualname__}",
+                "schema": value.model_json_schema()}  # fmt: skip
+    return value
 
 
 def _chat_models(

@@ -23,6 +23,7 @@ from llama_index.core.base.llms.types import (
     TextBlock,
     ToolCallBlock,
 )
+from pydantic import BaseModel
 
 from tricache.flow import finish_reason as provider_finish
 from tricache.key.conversation import (
@@ -210,11 +211,29 @@ def llm_key(llm: Any, mode: str, kwargs: Mapping[str, Any]) -> str:
     described = {
         "class": f"{type(llm).__module__}.{type(llm).__qualname__}",
         "settings": {k: v for k, v in settings.items() if not _private(k)},
+        # how it formats prompts (left out of to_dict(): a local model's template)
+        "prompts": [_formatter(getattr(llm, name, None)) for name in _FORMATTERS],
         "mode": mode,
         "call": {k: v for k, v in kwargs.items() if not _private(k)},
     }
     text = json.dumps(described, sort_keys=True, default=_describe)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+_FORMATTERS = ("messages_to_prompt", "completion_to_prompt")
+
+
+def _formatter(function: Any) -> Any:
+    """A prompt formatter: a named function by its name, another by its code, defaults and
+    what it closes over (as reprs: an object there makes it a miss, never a wrong hit)."""
+    if function is None or _named(function):
+        return _describe(function) if function is not None else None
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return repr(function)
+    cells = [repr(c.cell_contents) for c in getattr(function, "__closure__", None) or ()]
+    return [code.co_code.hex(), repr(code.co_consts), list(code.co_names), cells,
+            repr(getattr(function, "__defaults__", None))]  # fmt: skip
 
 
 def _private(name: str) -> bool:
@@ -223,11 +242,14 @@ def _private(name: str) -> bool:
 
 def _describe(value: Any) -> Any:
     """Tools, functions and other objects in settings and call arguments, as what identifies
-    them: a tool by its schema, a module-level function or a class by its name, a model by its
-    dump, anything else by its repr (which may then differ from process to process: a miss)."""
+    them: a tool by its schema, an output class by its name and JSON schema, a module-level
+    function or another class by its name, a model by its dump, anything else by its repr
+    (which may then differ from process to process: a miss)."""
     metadata = getattr(value, "metadata", None)
     if metadata is not None and hasattr(metadata, "to_openai_tool"):
         return metadata.to_openai_tool()
+    if isinstance(value, type) and issubclass(value, BaseModel):  # an output schema: its fields
+        return [f"{value.__module__}.{value.__qualname__}", value.model_json_schema()]
     if _named(value):
         return f"{value.__module__}.{value.__qualname__}"
     dump = getattr(value, "model_dump", None)

@@ -945,3 +945,36 @@ def test_a_configurable_inner_model_gets_the_calls_choices_and_keys_on_them(
                 assert said.content == expected
         exact = cache.stats()["exact"]
         assert exact["misses"] == 4 and exact["hits_l1"] >= 10  # cached, one entry per choice
+
+
+def test_an_output_class_passed_to_the_call_is_keyed_by_its_fields(tmp_path: Path) -> None:
+    """``response_format=Invoice``: a field added is another key through ``CachedChatModel``;
+    LangChain's own llm_string names the class only, so the global cache leaves such calls
+    to the model."""
+    from langchain_core.globals import set_llm_cache
+    from pydantic import BaseModel
+
+    from oracles import ChatOracle
+
+    class Invoice(BaseModel):
+        number: str
+
+    first = Invoice
+
+    class Invoice(BaseModel):  # type: ignore[no-redef]
+        number: str
+        total_cents: int
+
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False) as cache:
+        model = CachedChatModel(inner=ChatOracle(), tricache=cache)
+        model.invoke("Give me an example invoice.", response_format=first)
+        said = model.invoke("Give me an example invoice.", response_format=Invoice)
+        assert said.response_metadata["tricache"]["tier"] == "llm"
+        oracle = ChatOracle()
+        set_llm_cache(TriCache(cache=cache))
+        try:
+            for _ in range(2):
+                oracle.invoke("Give me an example invoice.", response_format=Invoice)
+        finally:
+            set_llm_cache(None)
+        assert oracle.calls == 2

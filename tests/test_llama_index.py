@@ -816,3 +816,40 @@ def test_agents_never_serve_one_questions_steps_to_another(
     assert len(answered) == 12 and len(lookups) == 12
     tool_rounds = [semantic for r, semantic in lookups if "Rain in Lyon" in r.query]
     assert len(tool_rounds) == 8 and not any(tool_rounds)  # keyed on it all, exact only
+
+
+def test_the_key_holds_how_the_model_formats_prompts_and_an_output_class_fields() -> None:
+    """``completion_to_prompt`` / ``messages_to_prompt`` (left out of ``to_dict()``) change what
+    a local model sees; an output class passed to the call changes with its fields."""
+    from pydantic import BaseModel
+
+    from llama_index_tricache.convert import llm_key
+
+    from oracles import LlamaOracle
+
+    def inst(prompt: str) -> str:
+        return f"<s>[INST] {prompt} [/INST]"
+
+    plain = LlamaOracle()
+    formats = [
+        LlamaOracle(completion_to_prompt=inst),
+        LlamaOracle(completion_to_prompt=lambda p: f"Answer in Spanish. {p}"),
+        LlamaOracle(completion_to_prompt=lambda p: f"Answer in French. {p}"),
+        LlamaOracle(messages_to_prompt=lambda ms: " ".join(str(m.content) for m in ms)),
+    ]
+    keys = {llm_key(m, "complete:False", {}) for m in [plain, *formats]}
+    assert len(keys) == 5
+    assert llm_key(LlamaOracle(completion_to_prompt=inst), "complete:False", {}) == llm_key(
+        formats[0], "complete:False", {}
+    )  # the same function: the same key (another process too)
+
+    class Invoice(BaseModel):
+        number: str
+
+    first = llm_key(plain, "chat", {"response_format": Invoice})
+
+    class Invoice(BaseModel):  # type: ignore[no-redef]  # the app added a field
+        number: str
+        total_cents: int
+
+    assert llm_key(plain, "chat", {"response_format": Invoice}) != first
