@@ -280,6 +280,14 @@ def test_an_answer_unrelated_questions_hold_alike_is_no_evidence() -> None:
         ("Error 404 means the page was not found.", False),
         ("Yes, 24/7 during finals week.", False),
         ("Timeout is a setting in seconds.", False), ("图书馆期末周24小时开放。", False),
+        # the blind round of the one request flow: errors, policy blocks, answers of no words
+        ("The service is temporarily unavailable (HTTP 503).", True),
+        ("upstream connect error or disconnect/reset before headers", True),
+        ("This content may violate our usage policies.", True), ("...", True), ("N/A", True),
+        ("null", True), ("系统错误", True), ("该内容可能违反相关法律法规，无法显示。", True),
+        ("你的问题包含敏感词，请重新输入。", True),
+        ("HTTP is the protocol of the web.", False), ("No.", False), ("42", False),
+        ("None of the options apply; choose B.", False),
     ],
 )  # fmt: skip
 def test_boilerplate_answers_are_told_from_answers(answer: str, canned: bool) -> None:

@@ -57,17 +57,24 @@ _ERROR_LABEL = re.compile(
 )
 _ERROR_WORDS = re.compile(
     r"\b(timed out|try again later|something went wrong|internal server error|bad gateway|"
-    r"service (is )?unavailable|rate limit (exceeded|reached)|request failed|"
-    r"an? (unexpected )?error (has )?occurred|upstream (error|timeout))\b"
-    r"|请稍后再试|请求失败|服务不可用|系统繁忙|出错了|发生错误|网络异常"
+    r"service (is )?unavailable|temporarily unavailable|rate limit (exceeded|reached)|"
+    r"request failed|an? (unexpected )?error (has )?occurred|upstream (error|timeout)|"
+    r"upstream connect error|http \d{3}|(usage|content|safety) polic(y|ies))\b"
+    r"|请稍后再试|请求失败|服务不可用|系统繁忙|出错了|发生错误|网络异常|系统错误|服务器错误|"
+    r"网络繁忙|违反相关|违反了|敏感词|敏感内容|无法显示|内容违规"
 )
+# Answers that hold no words at all, or say only that there is none.
+_NOTHING = frozenset({"n/a", "na", "null", "none", "nil", "undefined", "nan", "empty",
+                      "no answer", "无", "暂无", "没有", "空"})  # fmt: skip
+_WORDLESS = re.compile(r"[^\W_]")  # a letter, digit or ideograph
 
 
 def boilerplate(answer: str) -> bool:
-    """True for an answer that refuses, apologizes, does not know, or reports an error."""
+    """True for an answer that refuses, apologizes, does not know, reports an error or a
+    policy block, or says nothing ("…", "N/A")."""
     text = " ".join(answer.split()).casefold().replace("’", "'")
     text = text.lstrip("\"'“‘「『*#>-• ")
-    if not text:
+    if not text or not _WORDLESS.search(text) or text.rstrip(".。!！") in _NOTHING:
         return True
     if text.startswith(REFUSALS):
         return True
