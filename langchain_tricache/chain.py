@@ -5,11 +5,13 @@ base (``tags=["kb:docs"]``) and ``cache.invalidate("kb:docs")`` — or ``cache.b
 — when the index changes.
 
 The key holds the whole input and a fingerprint of the chain (its prompts, models, bound
-settings and functions, and what those read from their module, taken at each call: see
-:mod:`.fingerprint`).  What a step reads from outside — the clock, a file, a service — is not
-in it: such values belong in the input.  The user's question — a ``str`` input, or
-the ``question``/``query``/``input`` field — may also match look-alike questions in the
-semantic tier, only ever among calls whose other fields are all the same.
+settings and functions, and the values those read from their module, taken when the chain is
+wrapped: see :mod:`.fingerprint`).  What a step reads that changes later — a setting, the
+clock, a file — is not in it: such values belong in the input.
+
+The user's question — a ``str`` input, or the ``question``/``query``/``input`` field — may also
+match look-alike questions in the semantic tier, only ever among calls whose other fields are
+all the same.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import ensure_config
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 from tricache import Answer, Cache, CacheRequest, Hit
 from tricache.key.options import entry_options, options_from
@@ -73,6 +75,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
     category: str | None = None
     semantic: bool = True
     fingerprint: str | None = None  # the user's name for this chain and its version
+    _llm_key: str | None = PrivateAttr(default=None)
 
     @field_validator("tags_for_entries", mode="before")
     @classmethod
@@ -82,20 +85,15 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
         return tags
 
     def model_post_init(self, __context: Any) -> None:
-        if self._chain_key() is None:
+        structure = runnable_fingerprint(self.runnable)
+        if structure is None and self.fingerprint is None:
             log.warning(
                 "tricache: not caching %s: it holds %s, which has no reliable fingerprint; "
                 "pass fingerprint='<this chain and its version>' to cache it",
                 self.runnable.get_name(), opaque_part(self.runnable),
             )  # fmt: skip
-
-    def _chain_key(self) -> str | None:
-        """The chain's part of the key, taken at each call: what its functions read (a
-        setting, a dict a step fills in) may have changed since the last one."""
-        structure = runnable_fingerprint(self.runnable)
-        if structure is None and self.fingerprint is None:
-            return None
-        return "chain:" + json.dumps([self.name_for_key, self.fingerprint, structure])
+        else:
+            self._llm_key = "chain:" + json.dumps([self.name_for_key, self.fingerprint, structure])
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         request, semantic = self._request(input, config, kwargs)
@@ -119,8 +117,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
     ) -> tuple[CacheRequest | None, bool]:
         """The request for this call and whether look-alike questions may answer it; ``None``
         when the chain or this input cannot be keyed (the call is then not cached)."""
-        chain_key = self._chain_key()
-        if chain_key is None:
+        if self._llm_key is None:
             return None, False
         question, rest = (self.key(input), None) if self.key is not None else _split(input)
         call = {"input": rest, "configurable": (config or {}).get("configurable"), "kwargs": kwargs}
@@ -133,7 +130,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
                 context if question is None else question,
                 system=context_token(context),  # every other field, exactly, in the key
                 tenant=current_tenant(),
-                llm_key=chain_key,
+                llm_key=self._llm_key,
                 category=self.category,
                 tags=self.tags_for_entries,
             )

@@ -978,32 +978,3 @@ def test_an_output_class_passed_to_the_call_is_keyed_by_its_fields(tmp_path: Pat
         finally:
             set_llm_cache(None)
         assert oracle.calls == 2
-
-
-SETTINGS = {"lang": "French"}  # an app setting a chain's step reads (changed by an admin)
-
-
-def test_a_setting_a_chain_step_reads_is_in_the_key_at_each_call(tmp_path: Path) -> None:
-    from langchain_core.output_parsers import StrOutputParser
-    from langchain_core.prompts import ChatPromptTemplate
-    from langchain_core.runnables import RunnableLambda
-
-    from oracles import ChatOracle
-
-    chain = (
-        RunnableLambda(lambda x: {**x, "lang": SETTINGS["lang"]})
-        | ChatPromptTemplate.from_messages([("system", "Reply in {lang}."), ("human", "{q}")])
-        | ChatOracle()
-        | StrOutputParser()
-    )
-    with Cache(path=tmp_path / "c.sqlite3", semantic=False) as cache:
-        cached = with_tricache(chain, cache)
-        try:
-            for lang in ("French", "German", "French"):
-                SETTINGS["lang"] = lang
-                assert cached.invoke({"q": "Which holidays does Canada have?"}) == chain.invoke(
-                    {"q": "Which holidays does Canada have?"}
-                )
-        finally:
-            SETTINGS["lang"] = "French"
-        assert cache.stats()["exact"]["misses"] == 2  # French served again from the cache
