@@ -316,7 +316,8 @@ class Cache:
             return None
         question = faq_question(asked, settings.systems)
         if question is None:
-            self.metrics.incr("faq", "skipped_context")  # a conversation, context, a system
+            if asked.located is not None:  # a question, asked in a context curated answers
+                self.metrics.incr("faq", "skipped_context")  # do not fit
             return None
         if len(question) > MAX_QUESTION_CHARS:  # a bounded-time miss
             self.metrics.incr("faq", "skipped_too_long")
