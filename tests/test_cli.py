@@ -35,6 +35,9 @@ def test_demo_saves_calls_and_serves_no_wrong_answer(tmp_path: Path) -> None:
     calls, total = output.split("LLM calls: ")[1].split(" (")[0].split(" of ")
     assert int(total) == 120 and 0 < int(calls) < 40
     assert "L2" in result.output
+    # the FAQ answers the demo app's curated questions (under its own system prompt)
+    served = re.findall(r"│ faq\s+│\s+(\d+) │\s+(\d+) │\s+[\d.]+ ms", result.output)
+    assert served and int(served[0][0]) > 0 and served[0][1] == "0", result.output
 
 
 def test_demo_on_redis(tmp_path: Path) -> None:

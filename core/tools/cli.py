@@ -24,7 +24,7 @@ from typer.core import TyperGroup
 from ..cache import Cache
 from ..ops.metrics import Metrics
 from ..runtime.home import data_dir
-from ..settings import Exact, Qdrant, Semantic
+from ..settings import Exact, Faq, Qdrant, Semantic
 from ..stores.base import STATS_KEPT_S
 
 
@@ -212,8 +212,9 @@ def demo(
         store_path = path or Path(tmp) / "demo.sqlite3"
         namespace = f"demo-{seed}"
         metrics = Metrics()  # one set of counters for both workers
+        faq = Faq(systems=(core_demo.SYSTEM,))  # the demo app's own prompt: curated answers fit
         workers = [
-            _open(redis_url, store_path, namespace, metrics=metrics, semantic=semantic)
+            _open(redis_url, store_path, namespace, metrics=metrics, semantic=semantic, faq=faq)
             for _ in range(2)
         ]
         workers[0].clear()  # a fresh start, so the numbers mean the same every run
