@@ -435,8 +435,9 @@ class Cache:
         """The cached answer for ``request`` (``served(hit)``: the framework's answer; ``None``
         when it cannot read it), else what ``ask()`` (the model) returned, stored as
         ``flow.reuse`` allows (``convert`` says what it is as an ``Answer``).  With a
-        ``coalescer``, concurrent identical misses make one call.  Never raises for store
-        trouble; what ``ask`` raises propagates, and nothing is stored."""
+        ``coalescer``, concurrent identical misses make one call; ``semantic`` and ``faq`` as
+        ``lookup`` takes them.  Never raises for store trouble; what ``ask`` raises
+        propagates, and nothing is stored."""
         steps = answer_steps(self, request, Call(ask, _unused), convert, served,
                              semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
                              category=category)  # fmt: skip
