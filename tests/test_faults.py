@@ -148,6 +148,27 @@ def test_locked_sqlite_drops_writes_and_keeps_reading(tmp_path: Path) -> None:
     fresh.close()
 
 
+def test_a_store_opened_while_another_process_makes_its_schema_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """Workers that start together make the file and its schema at once: one that found the
+    file locked for longer than a request's budget (0.1 s) ran on L1 only for good."""
+    from tricache.stores.sqlite import SQLiteStore
+
+    path = tmp_path / "busy.sqlite3"
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("CREATE TABLE other (x)")
+    blocker.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.5, lambda: blocker.execute("COMMIT")).start()
+    store = SQLiteStore(path)  # waits out the half second
+    try:
+        store.set("k", b"v", ttl=60)
+        assert store.get("k") is not None
+    finally:
+        store.close()
+        blocker.close()
+
+
 def test_unreadable_sqlite_file_disables_l2_with_a_clear_log(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "garbage.sqlite3"
     path.write_bytes(b"this is not a database" * 100)

@@ -133,10 +133,7 @@ class SQLiteStore:
         self.sweep_batch = sweep_batch
         self._lock = threading.Lock()  # the writer connection
         self._db = self._connect()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        _migrate(self._db)
-        self._db.executescript(_SCHEMA)
+        _set_up(self._db, timeout)
         self._read_lock = threading.Lock()
         self._reader = self._connect()
         self._reader.execute("PRAGMA query_only=1")
@@ -613,6 +610,27 @@ def _evict(
     return len(victims)
 
 
+def _set_up(db: sqlite3.Connection, timeout: float) -> None:
+    """WAL, the schema and its migrations.  Opening waits longer than a request would
+    (``_OPEN_TIMEOUT_S``): workers that start together make the file and its schema at once,
+    and one that gave up would run on L1 only for good.  A journal-mode change does not wait
+    for a lock in SQLite: it is tried again until then."""
+    deadline = time.monotonic() + max(timeout, _OPEN_TIMEOUT_S)
+    db.execute(f"PRAGMA busy_timeout = {int(max(timeout, _OPEN_TIMEOUT_S) * 1000)}")
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    db.execute("PRAGMA synchronous=NORMAL")
+    _migrate(db)
+    db.executescript(_SCHEMA)
+    db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+
+
 def _sweep_forever(
     store_ref: weakref.ref[SQLiteStore],
     stop: threading.Event,
@@ -652,6 +670,7 @@ def _sweep_forever(
 
 
 _SWEEP_PAUSE_S = 0.005
+_OPEN_TIMEOUT_S = 2.0  # how long opening the file may wait for another process's lock
 _TRAILING_S = 1.0  # a bounded store's sweep after its last writes
 _TOUCHED_MAX = 100_000  # reads remembered between sweeps (beyond: not counted as a use)
 TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader away longer rebuilds)
