@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import partial
@@ -294,16 +294,31 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
 
     # tools: the inner model's own handling ---------------------------------------------------
     def _prepare_chat_with_tools(
-        self, tools: Sequence[Any], tool_required: bool = False, **kwargs: Any
+        self,
+        tools: Sequence[Any],
+        user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         return self._tool_llm()._prepare_chat_with_tools_compat(
-            tools, tool_required=tool_required, **kwargs
-        )
+            tools, user_msg=user_msg, chat_history=chat_history, verbose=verbose,
+            allow_parallel_tool_calls=allow_parallel_tool_calls, tool_required=tool_required,
+            **kwargs,
+        )  # fmt: skip
 
     def _validate_chat_with_tools_response(
-        self, response: ChatResponse, tools: Sequence[Any], **kwargs: Any
+        self,
+        response: ChatResponse,
+        tools: Sequence[Any],
+        allow_parallel_tool_calls: bool = False,
+        **kwargs: Any,
     ) -> ChatResponse:
-        return self._tool_llm()._validate_chat_with_tools_response(response, tools, **kwargs)
+        return self._tool_llm()._validate_chat_with_tools_response(
+            response, tools, allow_parallel_tool_calls=allow_parallel_tool_calls, **kwargs
+        )
 
     def get_tool_calls_from_response(
         self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
@@ -439,7 +454,7 @@ def _said(out: Outcome[Any]) -> Any:
     return out.answer if out.hit is not None else _tagged(out.answer, _LLM)
 
 
-def _said_stream(out: Outcome[Iterator[Any]]) -> Iterator[Any]:
+def _said_stream(out: Outcome[Iterator[Any]]) -> Generator[Any, None, None]:
     """Every response of the stream says who answered."""
     if out.hit is not None:
         yield from out.answer
@@ -448,7 +463,7 @@ def _said_stream(out: Outcome[Iterator[Any]]) -> Iterator[Any]:
         yield _tagged(response, _LLM)
 
 
-async def _asaid_stream(out: Outcome[AsyncIterator[Any]]) -> AsyncIterator[Any]:
+async def _asaid_stream(out: Outcome[AsyncIterator[Any]]) -> AsyncGenerator[Any, None]:
     async for response in out.answer:
         yield response if out.hit is not None else _tagged(response, _LLM)
 
