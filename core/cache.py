@@ -181,7 +181,7 @@ class Cache:
         return CacheRequest(
             query,
             system=system,
-            history=tuple(history),  # type: ignore[arg-type]  # validated by CacheRequest
+            history=() if history is None else history,  # type: ignore[arg-type]  # (validated)
             namespace=self.namespace,
             tenant=self.tenant if tenant is None else tenant,
             llm_key=llm_key,

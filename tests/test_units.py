@@ -35,6 +35,7 @@ class Clock:
         {"query": "q", "system": None},
         {"query": "q", "tenant": 7},
         {"query": "q", "history": "not turns"},
+        {"query": "q", "history": 5},
         {"query": "q", "history": [("user",)]},
         {"query": "q", "history": [("user", None)]},
         {"query": "q", "tags": "a-string"},
@@ -45,6 +46,13 @@ class Clock:
 def test_wrong_types_are_a_clear_type_error(kwargs: dict[str, object]) -> None:
     with pytest.raises(TypeError, match="CacheRequest"):
         CacheRequest(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cache_request_takes_no_history_as_none(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False, faq=False) as cache:
+        assert cache.request("q", history=None).history == ()  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="history must be a sequence of turns, got int"):
+            cache.request("q", history=5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("namespace", ["", "has space", "a:b", "x" * 65, None])

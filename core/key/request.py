@@ -87,8 +87,10 @@ def _require_str(name: str, value: object) -> None:
 
 
 def _turns(history: Iterable[object]) -> tuple[Turn, ...]:
-    if isinstance(history, str | bytes):
-        raise TypeError("CacheRequest.history must be a sequence of turns, not a string")
+    if isinstance(history, str | bytes) or not isinstance(history, Iterable):
+        raise TypeError(
+            f"CacheRequest.history must be a sequence of turns, got {type(history).__name__}"
+        )
     turns = []
     for item in history:
         if isinstance(item, Turn):
