@@ -40,7 +40,15 @@ from .runtime.steps import Call, Enter, Steps, arun, run
 if TYPE_CHECKING:
     from .cache import Cache
 
-__all__ = ["SHAPING_OPTIONS", "Answer", "Outcome", "Reuse", "finish_reason", "reuse"]
+__all__ = [
+    "SHAPING_OPTIONS",
+    "Answer",
+    "Outcome",
+    "Reuse",
+    "finish_reason",
+    "provider_field",
+    "reuse",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +107,13 @@ def finish_reason(response: Any) -> Any:
     object: metadata, a raw response), at its top level or in its first choice or candidate;
     ``None`` when it reported none."""
     for name in _FINISH_FIELDS:
-        if (reason := _field(response, name)) is not None:
+        if (reason := provider_field(response, name)) is not None:
             return reason
     for name in _ALTERNATIVES:
-        found = _field(response, name)
+        found = provider_field(response, name)
         if isinstance(found, Sequence) and not isinstance(found, str | bytes) and found:
             for field in _FINISH_FIELDS:
-                if (reason := _field(found[0], field)) is not None:
+                if (reason := provider_field(found[0], field)) is not None:
                     return reason
     return None
 
@@ -120,7 +128,9 @@ SHAPING_OPTIONS = frozenset({"tools", "functions", "tool_choice", "function_call
                              "output_cls", "structured_output"})  # fmt: skip
 
 
-def _field(obj: Any, name: str) -> Any:
+def provider_field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a mapping, ``obj.name`` of an SDK object; ``None`` when absent (or
+    when reading it fails: a provider object with odd properties)."""
     if obj is None:
         return None
     if isinstance(obj, Mapping):

@@ -26,6 +26,7 @@ from llama_index.core.base.llms.types import (
 from pydantic import BaseModel
 
 from tricache.flow import finish_reason as provider_finish
+from tricache.flow import provider_field
 from tricache.key.conversation import (
     Conversation,
     canonical_calls,
@@ -308,20 +309,9 @@ def usage_tokens(response: ChatResponse | CompletionResponse) -> int:
     """Total tokens the answer cost: the counts providers put in ``additional_kwargs``, or the
     raw response's ``usage`` (``total_tokens``, or input + output)."""
     total = response.additional_kwargs.get("total_tokens")
-    if total is None and (usage := _field(response.raw, "usage")) is not None:
-        total = _field(usage, "total_tokens")
+    if total is None and (usage := provider_field(response.raw, "usage")) is not None:
+        total = provider_field(usage, "total_tokens")
         if total is None:
-            parts = (_field(usage, "input_tokens"), _field(usage, "output_tokens"))
+            parts = (provider_field(usage, "input_tokens"), provider_field(usage, "output_tokens"))
             total = sum(p for p in parts if isinstance(p, int))
     return int(total) if isinstance(total, int | float) and total > 0 else 0
-
-
-def _field(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    try:
-        return getattr(obj, name, None)
-    except Exception:  # a provider object with odd properties
-        return None
