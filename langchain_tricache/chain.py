@@ -100,7 +100,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
         ask = partial(self.runnable.invoke, input, config, **kwargs)
         if request is None:
             return ask()
-        return self.tricache.answer(request, ask, _answer, _served, semantic=semantic,
+        return self.tricache.answer(request, ask, _answer, _served, semantic=semantic, faq=False,
                                     ttl=_ttl_of(config), category=self.category).answer  # fmt: skip
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -109,7 +109,8 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
         if request is None:
             return await ask()
         out = await self.tricache.aanswer(request, ask, _answer, _served, semantic=semantic,
-                                          ttl=_ttl_of(config), category=self.category)  # fmt: skip
+                                          faq=False, ttl=_ttl_of(config),
+                                          category=self.category)  # fmt: skip
         return out.answer
 
     def _request(
@@ -229,8 +230,8 @@ def _answer(output: Any) -> Answer:
 
 
 def _served(hit: Hit) -> Any:
-    """A hit's output (``None``: a curated FAQ answer, whose text does not fit a chain);
-    raises for a payload this adapter did not write."""
+    """A hit's output (``None``: a curated FAQ answer, whose text does not fit a chain — the
+    FAQ is not asked, ``faq=False``); raises for a payload this adapter did not write."""
     return None if hit.tier == "faq" else _decode(hit.payload)
 
 
