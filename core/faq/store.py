@@ -19,6 +19,7 @@ import reprlib
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -34,6 +35,7 @@ from ..semantic.embed import Embedder
 from ..semantic.guards.canonical import canonical
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, any_substitution, check
 from ..settings import DEFAULT_FAQ
+from ..stores.sqlite import transaction
 
 __all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
 
@@ -135,54 +137,49 @@ class FaqStore:
         entries = list(entries)
         _check_entries(entries)
         count = 0
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for entry in entries:
-                    faq_id = self._new_id()
+        with self._changing():
+            for entry in entries:
+                faq_id = self._new_id()
+                self._db.execute(
+                    "INSERT INTO faq (id, namespace, question, answer, tags, lang)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (faq_id, self.namespace, entry.question, entry.answer,
+                     json.dumps(list(entry.tags)), entry.lang),
+                )  # fmt: skip
+                forms = list(dict.fromkeys([entry.question, *entry.paraphrases]))
+                vectors = self._vectors(forms)
+                for i, form in enumerate(forms):
+                    blob = vectors[i].tobytes() if vectors is not None else None
                     self._db.execute(
-                        "INSERT INTO faq (id, namespace, question, answer, tags, lang)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (faq_id, self.namespace, entry.question, entry.answer,
-                         json.dumps(list(entry.tags)), entry.lang),
-                    )  # fmt: skip
-                    forms = list(dict.fromkeys([entry.question, *entry.paraphrases]))
-                    vectors = self._vectors(forms)
-                    for i, form in enumerate(forms):
-                        blob = vectors[i].tobytes() if vectors is not None else None
-                        self._db.execute(
-                            "INSERT INTO faq_forms (id, faq_id, text, vector, form)"
-                            " VALUES (?, ?, ?, ?, ?)",
-                            (self._new_id(), faq_id, form, blob, form_key(form)),
-                        )
-                    count += 1
-                if count:
-                    self._bump_version()
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._matrix = None
+                        "INSERT INTO faq_forms (id, faq_id, text, vector, form)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (self._new_id(), faq_id, form, blob, form_key(form)),
+                    )
+                count += 1
+            if count:
+                self._bump_version()
         return count
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """One change to the FAQ: under the lock, in one transaction (rolled back when it
+        raises); the vectors are read again after it."""
+        with self._lock, transaction(self._db, "IMMEDIATE"):
+            yield
+        self._matrix = None
 
     def _add_form_keys(self) -> None:
         """Give the forms of a file made by an older version their form keys (once)."""
-        with self._lock:
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(faq_forms)")}
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if "form" not in columns:
-                    self._db.execute("ALTER TABLE faq_forms ADD COLUMN form TEXT")
-                rows = self._db.execute("SELECT id, text FROM faq_forms WHERE form IS NULL")
-                self._db.executemany(
-                    "UPDATE faq_forms SET form = ? WHERE id = ?",
-                    [(form_key(text), form_id) for form_id, text in rows.fetchall()],
-                )
-                self._db.execute("CREATE INDEX IF NOT EXISTS faq_forms_form ON faq_forms(form)")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(faq_forms)")}
+        with self._changing():
+            if "form" not in columns:
+                self._db.execute("ALTER TABLE faq_forms ADD COLUMN form TEXT")
+            rows = self._db.execute("SELECT id, text FROM faq_forms WHERE form IS NULL")
+            self._db.executemany(
+                "UPDATE faq_forms SET form = ? WHERE id = ?",
+                [(form_key(text), form_id) for form_id, text in rows.fetchall()],
+            )
+            self._db.execute("CREATE INDEX IF NOT EXISTS faq_forms_form ON faq_forms(form)")
 
     def _new_id(self) -> int:
         return int(self._db.execute(_NEXT_ID).fetchone()[0])
@@ -227,24 +224,17 @@ class FaqStore:
     def delete(self, faq_ids: Iterable[int]) -> int:
         """Delete entries by id (their forms and rejections with them); returns how many."""
         ids = [int(i) for i in faq_ids]
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                marks = ",".join("?" * len(ids)) or "NULL"
-                where = f"namespace = ? AND id IN ({marks})"
-                gone = self._db.execute(f"DELETE FROM faq WHERE {where}", (self.namespace, *ids))
-                self._db.execute(f"DELETE FROM faq_forms WHERE faq_id IN ({marks})", ids)
-                self._db.execute(
-                    f"DELETE FROM faq_rejections WHERE namespace = ? AND faq_id IN ({marks})",
-                    (self.namespace, *ids),
-                )
-                if gone.rowcount:
-                    self._bump_version()
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._matrix = None
+        with self._changing():
+            marks = ",".join("?" * len(ids)) or "NULL"
+            where = f"namespace = ? AND id IN ({marks})"
+            gone = self._db.execute(f"DELETE FROM faq WHERE {where}", (self.namespace, *ids))
+            self._db.execute(f"DELETE FROM faq_forms WHERE faq_id IN ({marks})", ids)
+            self._db.execute(
+                f"DELETE FROM faq_rejections WHERE namespace = ? AND faq_id IN ({marks})",
+                (self.namespace, *ids),
+            )
+            if gone.rowcount:
+                self._bump_version()
         return int(gone.rowcount)
 
     def import_file(self, path: str | Path) -> int:
@@ -252,13 +242,10 @@ class FaqStore:
         return self.add(read_entries(path))
 
     def clear(self) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._changing():
             self._db.execute("DELETE FROM faq WHERE namespace = ?", (self.namespace,))
             self._db.execute("DELETE FROM faq_rejections WHERE namespace = ?", (self.namespace,))
             self._bump_version()
-            self._db.execute("COMMIT")
-            self._matrix = None
 
     def reject(self, faq_id: int, question: str) -> None:
         """``faq_id``'s answer was wrong for a question (given by its ``question_key``): never

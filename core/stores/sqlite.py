@@ -26,7 +26,7 @@ from .base import (
     WrittenKeys,
 )
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "transaction"]
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ class SQLiteStore:
         touched, self._touched, self._writes = self._touched, {}, 0
         uses = [(at, key) for key, at in list(touched.items())]  # (list(): one step for the GIL)
         if uses:
-            with self._writing() as db, _transaction(db, "IMMEDIATE"):
+            with self._writing() as db, transaction(db, "IMMEDIATE"):
                 db.executemany("UPDATE entries SET used_at = max(used_at, ?) WHERE key = ?", uses)
         with self._writing() as db:
             cur = db.execute(
@@ -238,7 +238,7 @@ class SQLiteStore:
         expired = cur.rowcount
         if self.max_entries is None and self.max_bytes is None:
             return expired
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             evicted = _evict(db, self.max_entries, self.max_bytes, self.sweep_batch)
         self.evicted += evicted
         return expired + evicted
@@ -258,7 +258,7 @@ class SQLiteStore:
             )
 
     def read_stats(self, namespace: str, since: int) -> dict[str, int]:
-        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+        with self._read_lock, transaction(self._reader, "DEFERRED"):
             rows = self._reader.execute(
                 "SELECT name, sum(value) FROM stats WHERE namespace = ? AND bucket >= ?"
                 " GROUP BY name",
@@ -283,11 +283,11 @@ class SQLiteStore:
     def poll(
         self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
     ) -> VersionState:
-        with self._read_lock, _transaction(self._reader, "DEFERRED"):  # a snapshot
+        with self._read_lock, transaction(self._reader, "DEFERRED"):  # a snapshot
             state = self._read(self._reader, namespace, epoch, after, names)
         if state is not None:
             return state
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):  # the namespace's first use
+        with self._writing() as db, transaction(db, "IMMEDIATE"):  # the namespace's first use
             self._epoch(db, namespace)
             state = self._read(db, namespace, epoch, after, names)
         assert state is not None
@@ -329,7 +329,7 @@ class SQLiteStore:
         return self._change(namespace, "min_wm", self._clock() if value is None else value)
 
     def _change(self, namespace: str, name: str, value: float | None) -> VersionState:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             epoch, seq = self._epoch(db, namespace)
             seq += 1
             old = _values(db, namespace, [name]).get(name, 0.0)
@@ -342,7 +342,7 @@ class SQLiteStore:
         return VersionState(epoch, self._clock(), seq, seq, {name: value})
 
     def new_epoch(self, namespace: str, replacing: str | None) -> str:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             current, _ = self._epoch(db, namespace)
             if replacing is None or current == replacing:
                 current = _start_epoch(db, namespace)
@@ -375,7 +375,7 @@ class SQLiteStore:
 
     def written_since(self, namespace: str, cursor: str) -> WrittenKeys:
         low, high = _prefix_range(namespace)
-        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+        with self._read_lock, transaction(self._reader, "DEFERRED"):
             rows = self._reader.execute(
                 "SELECT id, key FROM entries WHERE id > ? AND key >= ? AND key < ? ORDER BY id"
                 f" LIMIT {_LOG_BATCH}",
@@ -387,7 +387,7 @@ class SQLiteStore:
         return WrittenKeys([k for _, k in rows], str(rows[-1][0]), True)
 
     def clear(self, namespace: str) -> int:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             cur = db.execute(
                 "DELETE FROM entries WHERE key >= ? AND key < ?", _prefix_range(namespace)
             )
@@ -398,7 +398,7 @@ class SQLiteStore:
 
     # writes left unfinished (WriteJournal) --------------------------------------------------
     def journal(self, namespace: str, records: Sequence[bytes]) -> int:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             db.executemany(
                 "INSERT INTO journal (namespace, data) VALUES (?, ?)",
                 [(namespace, data) for data in records],
@@ -411,7 +411,7 @@ class SQLiteStore:
         return max(0, cur.rowcount)
 
     def take_journal(self, namespace: str, limit: int) -> list[bytes]:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             rows = db.execute(
                 "SELECT seq, data FROM journal WHERE namespace = ? ORDER BY seq LIMIT ?",
                 (namespace, limit),
@@ -424,7 +424,7 @@ class SQLiteStore:
 
     # labels (LabelLog) ----------------------------------------------------------------------
     def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             db.execute(
                 "INSERT OR IGNORE INTO label_logs (namespace, log) VALUES (?, ?)",
                 (namespace, secrets.token_hex(8)),
@@ -445,7 +445,7 @@ class SQLiteStore:
 
     def labels_since(self, namespace: str, cursor: str) -> LabelBatch:
         log_id, _, after = cursor.partition("/")
-        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+        with self._read_lock, transaction(self._reader, "DEFERRED"):
             row = self._reader.execute(
                 "SELECT log FROM label_logs WHERE namespace = ?", (namespace,)
             ).fetchone()
@@ -472,7 +472,7 @@ class SQLiteStore:
     ) -> None:
         if not rows:
             return
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             db.execute(
                 "INSERT OR IGNORE INTO point_logs (namespace, log, floor) VALUES (?, ?, 0)",
                 (namespace, secrets.token_hex(8)),
@@ -484,7 +484,7 @@ class SQLiteStore:
             )
 
     def clear_points(self, namespace: str) -> None:
-        with self._writing() as db, _transaction(db, "IMMEDIATE"):
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
             db.execute("DELETE FROM points WHERE namespace = ?", (namespace,))
             db.execute(
                 "INSERT OR REPLACE INTO point_logs (namespace, log, floor) VALUES (?, ?, 0)",
@@ -497,7 +497,7 @@ class SQLiteStore:
                 "INSERT OR IGNORE INTO point_logs (namespace, log, floor) VALUES (?, ?, 0)",
                 (namespace, secrets.token_hex(8)),
             )
-        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+        with self._read_lock, transaction(self._reader, "DEFERRED"):
             log_id, floor = _point_log(self._reader, namespace)
             (last,) = self._reader.execute(
                 "SELECT max(seq) FROM points WHERE namespace = ?", (namespace,)
@@ -518,7 +518,7 @@ class SQLiteStore:
 
     def points_since(self, namespace: str, cursor: str) -> PointChanges:
         cursor_log, _, after = cursor.partition(":")
-        with self._read_lock, _transaction(self._reader, "DEFERRED"):
+        with self._read_lock, transaction(self._reader, "DEFERRED"):
             log_id, floor = _point_log(self._reader, namespace)
             if cursor_log != log_id or not after.isdigit() or int(after) < floor:
                 return PointChanges([], cursor, False)
@@ -728,9 +728,9 @@ def _values(db: sqlite3.Connection, namespace: str, names: Sequence[str]) -> dic
 
 
 @contextmanager
-def _transaction(db: sqlite3.Connection, mode: str) -> Iterator[None]:
-    """``IMMEDIATE`` to change (two processes never both start an epoch), ``DEFERRED`` to
-    read a consistent snapshot."""
+def transaction(db: sqlite3.Connection, mode: str) -> Iterator[None]:
+    """One transaction on ``db``, rolled back when the block raises: ``IMMEDIATE`` to change
+    (two processes never both start an epoch), ``DEFERRED`` to read a consistent snapshot."""
     db.execute(f"BEGIN {mode}")
     try:
         yield
