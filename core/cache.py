@@ -49,9 +49,11 @@ from .flow import (
 )
 from .hit import Hit
 from .key.asked import Asked, ask
+from .key.conversation import Conversation
 from .key.entry import CacheEntry
 from .key.options import current_entry_options
 from .key.request import CacheRequest, Turn, is_entry_key, memo_bytes
+from .key.tenancy import current_tenant
 from .ops.ledger import FLUSH_S, Ledger, summary
 from .ops.metrics import Metrics, failed
 from .runtime.exit import on_exit
@@ -189,6 +191,13 @@ class Cache:
             tags=tags,  # type: ignore[arg-type]  # validated by CacheRequest
             query_meta=query_meta,
         )
+
+    def conversation_request(self, conversation: Conversation, llm_key: str) -> CacheRequest:
+        """``request`` for a conversation an adapter read from its framework's messages, in
+        the tenant of the enclosing ``tenant(...)`` block (else this cache's)."""
+        return self.request(conversation.query, system=conversation.system,
+                            history=conversation.history, tenant=current_tenant(),
+                            llm_key=llm_key, query_meta=conversation.query_meta)  # fmt: skip
 
     def key(self, request: CacheRequest) -> str:
         """The exact-tier key of ``request`` (what coalescing locks, what ``Hit.key`` holds)."""

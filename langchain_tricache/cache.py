@@ -129,14 +129,7 @@ class TriCache(CacheVerbs, BaseCache):
         with entry_options(**chain_options()):
             try:
                 parsed = parse_prompt(prompt)
-                request = self.tricache.request(
-                    parsed.query,
-                    system=parsed.system,
-                    history=parsed.history,
-                    tenant=current_tenant(),
-                    llm_key=llm_key(llm_string),
-                    query_meta=parsed.query_meta,
-                )
+                request = self.tricache.conversation_request(parsed, llm_key(llm_string))
             except Exception as exc:  # an odd prompt is a miss, never an error in the app
                 log.warning("tricache: prompt not cacheable (%s)", exc)
                 return None, False

@@ -58,7 +58,6 @@ from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
 from tricache.key.conversation import stream_pieces
 from tricache.verbs import CacheVerbs
 
-from .cache import current_tenant
 from .convert import (
     finish_reason,
     generations_from_payload,
@@ -267,14 +266,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
                 log.warning("tricache: not caching: cannot tell which model %r is", self.inner)
             return None, {}
         parsed = parse_messages(messages)
-        request = self.tricache.request(
-            parsed.query,
-            system=parsed.system,
-            history=parsed.history,
-            tenant=current_tenant(),
-            llm_key=llm_key(llm_string),
-            query_meta=parsed.query_meta,
-        )
+        request = self.tricache.conversation_request(parsed, llm_key(llm_string))
         return request, {"semantic": parsed.semantic, "faq": not shapes_answer(llm_string)}
 
     def _options(self, flags: dict[str, bool]) -> dict[str, Any]:

@@ -41,7 +41,6 @@ from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
 from tricache.flow import SHAPING_OPTIONS
 from tricache.key.conversation import Conversation, stream_pieces
 from tricache.key.options import entry_options, options_from
-from tricache.key.tenancy import current_tenant
 from tricache.verbs import CacheVerbs
 
 from .convert import (
@@ -358,14 +357,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         """The request, or ``None`` when the call cannot be cached (it then goes to the LLM)."""
         with entry_options(**options):  # (a bad option is the caller's error: raised)
             try:
-                request = self.tricache.request(
-                    conversation.query,
-                    system=conversation.system,
-                    history=conversation.history,
-                    tenant=current_tenant(),
-                    llm_key=key,
-                    query_meta=conversation.query_meta,
-                )
+                request = self.tricache.conversation_request(conversation, key)
                 faq = SHAPING_OPTIONS.isdisjoint(kwargs)
                 return _Call(request, conversation.semantic, faq, ttl=options.get("ttl"))
             except Exception as exc:  # an odd prompt is a miss, never an error in the app
