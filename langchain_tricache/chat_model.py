@@ -470,7 +470,10 @@ def _chat_models(
         return _chat_models(inner.bound, {**inner.kwargs, **bound}, chosen)
     if isinstance(inner, DynamicRunnable):  # .configurable_fields(), _alternatives()
         prepared, _ = inner.prepare({"configurable": configurable})
-        return _chat_models(prepared, bound, configurable)
+        # every choice of the call in the key: a model's llm_string need not show the fields
+        # they set, and which keys a nested or prefixed choice reads is LangChain's business
+        choices = json.dumps(configurable, sort_keys=True, default=repr)
+        return _chat_models(prepared, {**bound, "tricache_configurable": choices}, configurable)
     if isinstance(inner, RunnableWithFallbacks):
         models: list[tuple[dict[str, Any], BaseChatModel]] = []
         for runnable in (inner.runnable, *inner.fallbacks):

@@ -978,3 +978,49 @@ def test_an_output_class_passed_to_the_call_is_keyed_by_its_fields(tmp_path: Pat
         finally:
             set_llm_cache(None)
         assert oracle.calls == 2
+
+
+def test_configurable_choices_are_keyed_even_where_the_llm_string_does_not_show_them(
+    tmp_path: Path,
+) -> None:
+    """A model whose ``llm_string`` leaves out the fields a choice sets (no
+    ``_identifying_params``), and a nested, prefixed alternative: every choice of the call is
+    in the key (the blind round of the configurable models served one choice's answer to
+    another)."""
+    import hashlib
+
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.runnables import ConfigurableField
+
+    class Plain(BaseChatModel):
+        temperature: float = 0.0
+        model_name: str = "m"
+
+        @property
+        def _llm_type(self) -> str:
+            return "plain"
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:  # fmt: skip
+            seen = repr([m.content for m in messages]) + repr((self.temperature, self.model_name))
+            text = "ans:" + hashlib.sha256(seen.encode()).hexdigest()[:12]
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+    fields = Plain().configurable_fields(temperature=ConfigurableField(id="temp"))
+    prefixed = Plain().configurable_alternatives(
+        ConfigurableField(id="which"), default_key="a", prefix_keys=True,
+        b=Plain(model_name="b").configurable_fields(temperature=ConfigurableField(id="t")),
+    )  # fmt: skip
+    cases = [
+        (fields, [{}, {"temp": 0.5}, {}, {"temp": 0.9}]),
+        (prefixed, [{"which": "b"}, {"which": "b", "t": 0.3}, {"which": "b", "which==b/t": 0.3}]),
+    ]
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False) as cache:
+        for inner, choices in cases:
+            model = CachedChatModel(inner=inner, tricache=cache)
+            for choice in choices * 2:
+                config: Any = {"configurable": choice}
+                expected = inner.invoke("hi", config=config).content
+                assert model.invoke("hi", config=config).content == expected, choice
