@@ -236,6 +236,9 @@ class Cache:
         """The lookup, once for both: exact → semantic → FAQ (steps: ``runtime/steps.py``)."""
         self.metrics.incr("requests", "lookups")
         faq = faq and semantic  # (curated answers match questions, as the semantic tier does)
+        if faq and asked.tags:  # a curated answer is written under no tag: never served to
+            self.metrics.incr("faq", "skipped_tagged")  # a request that declares one
+            faq = False
         if not self._may_cache(asked):  # curated answers only
             if not faq:
                 return None

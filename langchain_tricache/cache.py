@@ -20,13 +20,13 @@ from tricache.verbs import CacheVerbs
 
 from .convert import (
     answer_of,
-    chain_options,
     generations_from_payload,
     llm_key,
     model_name,
     parse_prompt,
     shapes_answer,
 )
+from .run_options import run_options
 
 __all__ = ["TriCache", "current_tenant", "tenant"]
 
@@ -85,7 +85,7 @@ class TriCache(CacheVerbs, BaseCache):
         stored = self._stored(prompt, llm_string, return_val)
         if stored is not None:
             request, answer, semantic = stored
-            ttl = chain_options().get("ttl")
+            ttl = run_options().get("ttl")
             self.tricache.update_answer(request, answer, semantic=semantic, ttl=ttl,
                                         rule=self._rule)  # fmt: skip
 
@@ -106,7 +106,7 @@ class TriCache(CacheVerbs, BaseCache):
         if stored is not None:
             request, answer, semantic = stored
             await self.tricache.aupdate_answer(request, answer, semantic=semantic,
-                                               ttl=chain_options().get("ttl"),
+                                               ttl=run_options().get("ttl"),
                                                rule=self._rule)  # fmt: skip
 
     async def aclear(self, **kwargs: Any) -> None:
@@ -125,8 +125,9 @@ class TriCache(CacheVerbs, BaseCache):
             raise TypeError("prompt and llm_string must be str")
         if "<class '" in llm_string:  # a class passed to the call (response_format=Invoice):
             return None, False  # the llm_string names it, not its fields: not cached
-        # (config={"metadata": {"tricache_ttl": 600}}; a bad option is the caller's error)
-        with entry_options(**chain_options()):
+        # (config={"metadata": {"tricache_ttl": 600}} of the model's run, wherever it was given:
+        # run_options.py; a bad option is the caller's error)
+        with entry_options(**run_options()):
             try:
                 parsed = parse_prompt(prompt)
                 request = self.tricache.conversation_request(parsed, llm_key(llm_string))

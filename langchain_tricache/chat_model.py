@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
 from tricache.key.conversation import stream_pieces
+from tricache.key.options import entry_options
 from tricache.verbs import CacheVerbs
 
 from .convert import (
@@ -67,6 +68,7 @@ from .convert import (
     shapes_answer,
     usage_tokens,
 )
+from .run_options import run_options
 
 __all__ = ["CachedChatModel"]
 
@@ -155,7 +157,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
-        request, flags = self._request(messages, call)
+        request, flags = self._request(messages, call, run_manager)
 
         def ask() -> AIMessage:
             self._curated(request)
@@ -177,7 +179,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         call = _call_args(stop, kwargs)
-        request, flags = self._request(messages, call)
+        request, flags = self._request(messages, call, run_manager)
         # LangChain reports each chunk this yields (``on_llm_new_token``): reporting it here
         # too, or letting the wrapped model report it to the same handlers, doubles it.
         chunks = partial(self.inner.stream, messages, _inner_config(), **call)
@@ -206,7 +208,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         call = _call_args(stop, kwargs)
-        request, flags = self._request(messages, call)
+        request, flags = self._request(messages, call, run_manager)
 
         async def ask() -> AIMessage:
             self._curated(request)
@@ -229,7 +231,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         call = _call_args(stop, kwargs)
-        request, flags = self._request(messages, call)
+        request, flags = self._request(messages, call, run_manager)
 
         async def chunks() -> AsyncIterator[AIMessageChunk]:
             async for chunk in self.inner.astream(messages, _inner_config(), **call):
@@ -254,11 +256,13 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
 
     # the cache -----------------------------------------------------------------------------
     def _request(
-        self, messages: Sequence[BaseMessage], call: dict[str, Any]
-    ) -> tuple[CacheRequest | None, dict[str, bool]]:
+        self, messages: Sequence[BaseMessage], call: dict[str, Any], run_manager: Any
+    ) -> tuple[CacheRequest | None, dict[str, Any]]:
         """The request for ``messages`` sent with ``call``, and what may answer it (look-alikes,
-        curated answers); ``None`` when the wrapped model cannot be told (the call then passes
-        through uncached)."""
+        curated answers) and for how long (the run's ``tricache_ttl``); ``None`` when the
+        wrapped model cannot be told (the call then passes through uncached).  The run's
+        ``tricache_tags`` and ``tricache_category`` go into the request (a bad one raises)."""
+        options = run_options(run_manager)
         llm_string = _llm_string(self.inner, call)
         if llm_string is None:
             if not self._warned:
@@ -266,10 +270,12 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
                 log.warning("tricache: not caching: cannot tell which model %r is", self.inner)
             return None, {}
         parsed = parse_messages(messages)
-        request = self.tricache.conversation_request(parsed, llm_key(llm_string))
-        return request, {"semantic": parsed.semantic, "faq": not shapes_answer(llm_string)}
+        with entry_options(**options):
+            request = self.tricache.conversation_request(parsed, llm_key(llm_string))
+        return request, {"semantic": parsed.semantic, "faq": not shapes_answer(llm_string),
+                         "ttl": options.get("ttl")}  # fmt: skip
 
-    def _options(self, flags: dict[str, bool]) -> dict[str, Any]:
+    def _options(self, flags: dict[str, Any]) -> dict[str, Any]:
         return {**flags, "coalescer": self._coalescer}
 
     def _curated(self, request: CacheRequest | None) -> None:

@@ -26,7 +26,6 @@ from tricache.key.conversation import (
     plain,
     split_conversation,
 )
-from tricache.key.options import options_from
 from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 
 __all__ = [
@@ -271,12 +270,3 @@ def model_name(llm_string: str) -> str:
     """The model's name as it appears in LangChain's llm_string ("" when absent)."""
     match = _MODEL.search(llm_string)
     return match.group(1) if match else ""
-
-
-def chain_options() -> dict[str, Any]:
-    """The ``entry_options`` a LangChain run asks for in its config's metadata
-    (``tricache_ttl``, ``tricache_tags``, ``tricache_category``), as seen from inside it."""
-    from langchain_core.runnables.config import var_child_runnable_config
-
-    config = var_child_runnable_config.get() or {}
-    return options_from(config.get("metadata"))

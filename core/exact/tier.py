@@ -124,7 +124,7 @@ class ExactTier:
             self._miss()
             self.misses.record(key, UNFIT)
             return None
-        hit = self._from_l1(key)
+        hit = self._from_l1(key, tags)
         store = self.store
         if hit is not None or store is None or not self._should_read_l2(key, reachable):
             return self._settled(key, tags, hit)
@@ -137,7 +137,7 @@ class ExactTier:
         if record is None:
             self._miss()
             return self._settled(key, tags, None)
-        return self._settled(key, tags, self._from_l2(key, record))
+        return self._settled(key, tags, self._from_l2(key, record, tags))
 
     def _settled(self, key: str, tags: tuple[str, ...], hit: ExactHit | None) -> ExactHit | None:
         """A miss remembers the versions it began under, for the answer the caller will write."""
@@ -204,7 +204,7 @@ class ExactTier:
         self.l1.pop(key)
         self.link.delete(key)
 
-    def _from_l1(self, key: str) -> ExactHit | None:
+    def _from_l1(self, key: str, tags: tuple[str, ...] = ()) -> ExactHit | None:
         entry = self.l1.get(key)
         if entry is None:
             return None
@@ -215,6 +215,8 @@ class ExactTier:
         if reason is not None:
             self.l1.pop(key)
             return None  # L2 holds the same stale entry (or a newer one)
+        if not self._declares(entry, tags):
+            return None
         entry.hits += 1
         self.metrics.incr(TIER, "hits_l1")
         return ExactHit(entry, key, "l1")
@@ -244,7 +246,7 @@ class ExactTier:
             self._upkeep.wake()
         return True  # a key written elsewhere since the last catch-up costs one LLM call
 
-    def _from_l2(self, key: str, record: Any) -> ExactHit | None:
+    def _from_l2(self, key: str, record: Any, tags: tuple[str, ...] = ()) -> ExactHit | None:
         try:
             entry = decode_entry(record.value, record.watermark)
         except CorruptEntry as exc:
@@ -265,9 +267,22 @@ class ExactTier:
             self._miss()
             return None
         self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
+        if not self._declares(entry, tags):
+            self._miss()
+            return None
         entry.hits += 1
         self.metrics.incr(TIER, "hits_l2")
         return ExactHit(entry, key, "l2")
+
+    def _declares(self, entry: CacheEntry, tags: tuple[str, ...]) -> bool:
+        """Whether ``entry`` was written under every tag of the request asking for it: a
+        request that declares a dependency is never served an answer that did not declare it
+        (one cached before the app tagged its calls: ``invalidate(tag)`` cannot reach it).
+        The request's own answer, written under its tags, replaces it."""
+        if all(tag in entry.tag_versions for tag in tags):
+            return True
+        self.metrics.incr(TIER, "undeclared_tags")
+        return False
 
     def _judge(self, entry: CacheEntry, *, written: float | None = None) -> str | None:
         """Why ``entry`` is stale, or ``None``; ``StoreUnavailable`` when this view cannot tell

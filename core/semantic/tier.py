@@ -211,6 +211,8 @@ class SemanticTier:
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
         verdict = cacheable or self._judge(located)
+        if request.tags:
+            resolve = _declaring(resolve, request.tags)
         try:
             return self._decide(request, located, verdict, resolve, decision, key)
         finally:
@@ -361,6 +363,10 @@ class SemanticTier:
         the entry is known to be gone)."""
         try:
             entry = resolve(str(candidate.payload.get("ref", "")))
+        except _Undeclared:  # current, but not written under the tags this request declares
+            decision.rejected[candidate.id] = "undeclared_tags"
+            self.metrics.incr(TIER, "undeclared_tags")
+            return None
         except StoreUnavailable:  # not known to be gone: the point stays
             decision.rejected[candidate.id] = "unavailable"
             self.metrics.incr(TIER, "unresolved")
@@ -529,6 +535,26 @@ class SemanticTier:
 
     def clear(self, namespace: str) -> None:
         self.index.delete_where({"namespace": namespace})
+
+
+class _Undeclared(Exception):
+    """The entry a candidate names was not written under every tag the request declares."""
+
+
+def _declaring(
+    resolve: Callable[[str], CacheEntry | None], tags: Sequence[str]
+) -> Callable[[str], CacheEntry | None]:
+    """``resolve`` for a request that declares ``tags``: an entry written without one of them
+    is never served to it (``invalidate(tag)`` would not reach it); its point stays, for
+    the requests that declare nothing more than the entry."""
+
+    def resolved(ref: str) -> CacheEntry | None:
+        entry = resolve(ref)
+        if entry is not None and not all(tag in entry.tag_versions for tag in tags):
+            raise _Undeclared(ref)
+        return entry
+
+    return resolved
 
 
 class _Judged:
