@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
-import math
 import os
 import re
 import sqlite3
@@ -51,7 +50,7 @@ from .hit import Hit
 from .key.asked import Asked, ask
 from .key.conversation import Conversation
 from .key.entry import CacheEntry
-from .key.options import current_entry_options
+from .key.options import checked_ttl, current_entry_options
 from .key.request import CacheRequest, Turn, is_entry_key, memo_bytes
 from .key.tenancy import current_tenant
 from .ops.ledger import FLUSH_S, Ledger, summary
@@ -867,9 +866,7 @@ def _ttl(ttl: float | None) -> float | None:
     """An update's TTL: given, or the ``entry_options`` block's (``None``: the policy's)."""
     if ttl is None:
         return current_entry_options().ttl
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0 or ttl == math.inf:
-        raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
-    return float(ttl)
+    return checked_ttl(ttl)
 
 
 def _fresh(payload: Any) -> Any:

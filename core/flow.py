@@ -80,6 +80,7 @@ class Reuse(enum.Enum):
     """Who may be served an answer."""
 
     NEVER = "never"  # not stored: asked again next time
+    BRIEFLY = "briefly"  # that very request, for ``TtlPolicy.error`` seconds at most
     SAME_REQUEST = "same request"  # that very request only
     LOOK_ALIKES = "look-alikes"  # also questions the semantic tier finds the same
 
@@ -148,15 +149,19 @@ def reuse(answer: Answer) -> Reuse:
     failed (a content filter, a safety stop, an error), one that is not a string.  The same
     request only: tool calls (they act on this very conversation), answers cut short by a
     token limit (the same limit cuts them the same way), an unknown finish reason, and
-    refusals or error messages in the text (right for that question, not for its look-alikes).
-    Everything else may also answer look-alikes."""
-    from .semantic.answers import boilerplate  # (numpy: loaded with the first answer)
+    refusals in the text (right for that question, not for its look-alikes).  The same
+    request, briefly: a text that reports an error ("temporarily unavailable (HTTP 503)",
+    "Rate limit exceeded"): the model may have recovered a minute later.  Everything else may
+    also answer look-alikes."""
+    from .semantic.answers import boilerplate, failure  # (numpy: loaded with the first answer)
 
     if not isinstance(answer.text, str):
         return Reuse.NEVER
     finish = answer.finish if isinstance(answer.finish, str) or answer.finish is None else "?"
     if finish in FAILED or (not answer.text.strip() and not answer.tool_calls):
         return Reuse.NEVER
+    if not answer.tool_calls and failure(answer.text):
+        return Reuse.BRIEFLY
     if answer.tool_calls or finish not in FINISHED or boilerplate(answer.text):
         return Reuse.SAME_REQUEST
     return Reuse.LOOK_ALIKES
@@ -239,6 +244,10 @@ def store_steps(
     if allowed is Reuse.NEVER:
         cache.metrics.incr("exact", "not_reusable")
         return False
+    if allowed is Reuse.BRIEFLY:  # an error text: kept no longer than the policy's ``error``
+        cache.metrics.incr("exact", "brief_writes")
+        limit = cache.exact.policy.error
+        ttl = limit if ttl is None else min(ttl, limit)
     shared = semantic and allowed is Reuse.LOOK_ALIKES
     fields = dict(category=category, negative=False, tokens=answer.tokens, model=answer.model,
                   stamp=began, shared=shared, ttl=ttl)  # fmt: skip

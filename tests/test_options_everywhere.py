@@ -146,7 +146,11 @@ async def _collect(chunks: Any) -> str:
 
 
 def test_a_bad_option_on_a_plain_call_is_an_error(global_tricache: TriCache) -> None:
-    for model in (ChatOracle(), TextOracle(), CachedChatModel(inner=ChatOracle(), tricache=global_tricache.tricache)):
+    for model in (
+        ChatOracle(),
+        TextOracle(),
+        CachedChatModel(inner=ChatOracle(), tricache=global_tricache.tricache),
+    ):
         with pytest.raises(ValueError, match="ttl must be a positive number"):
             model.invoke(Q, config={"metadata": {"tricache_ttl": -1}})
         with pytest.raises(TypeError, match="one string"):

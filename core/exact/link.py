@@ -8,6 +8,7 @@ marks the caller's context (its thread or task) until its next lookup begins.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from contextvars import ContextVar
 
@@ -15,7 +16,7 @@ from ..ops.breaker import CircuitBreaker
 from ..ops.metrics import Metrics
 from ..stores.base import L2Store
 
-__all__ = ["TIER", "StoreLink", "StoreUnavailable", "store_error"]
+__all__ = ["TIER", "StoreLink", "StoreUnavailable", "refused", "store_error"]
 
 log = logging.getLogger(__name__)
 TIER = "exact"
@@ -79,6 +80,22 @@ class StoreLink:
             self.store.delete([key])
         except Exception as exc:
             self.failed("delete", exc)
+
+
+def refused(exc: BaseException) -> bool:
+    """The store answered, refusing this one write for what it holds (a value or an expiry
+    out of its range): not an outage, so no reason to stop asking it."""
+    if isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError | OverflowError):
+        return True
+    if type(exc).__name__ not in ("ResponseError", "DataError") or not store_error(exc):
+        return False
+    return not str(exc).upper().startswith(_STATE_ERRORS)  # (Redis's own state is fine)
+
+
+# Redis errors about the server's state, not the command's content: those are an outage.
+_STATE_ERRORS = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "NOAUTH", "NOPERM", "WRONGPASS",
+                 "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "BUSY", "NOSCRIPT", "MISCONF",
+                 "NOREPLICAS", "EXECABORT", "UNBLOCKED")  # fmt: skip
 
 
 def store_error(exc: BaseException) -> bool:

@@ -6,6 +6,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..key.options import checked_ttl
+
 __all__ = ["DEFAULT_CATEGORY_TTLS", "TtlPolicy"]
 
 DEFAULT_CATEGORY_TTLS: Mapping[str, float] = {
@@ -20,7 +22,9 @@ class TtlPolicy:
     """TTL in seconds for an entry of a category, stretched by 0..``jitter`` of itself.
 
     Jitter keeps entries written together from expiring together.  ``negative`` is the TTL of
-    negative entries ("this request has no cacheable answer").
+    negative entries ("this request has no cacheable answer"); ``error`` the longest an answer
+    that reports an error ("temporarily unavailable", "rate limit exceeded") is kept, for its
+    own request only; ``l1`` the longest an entry stays in a process's memory.
     """
 
     default: float = 60 * 60
@@ -28,12 +32,13 @@ class TtlPolicy:
     jitter: float = 0.2
     negative: float = 30.0
     l1: float = 60.0
+    error: float = 30.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
-        if self.default <= 0 or self.negative <= 0 or self.l1 <= 0:
-            raise ValueError("TTLs must be positive")
+        for ttl in (self.default, self.negative, self.l1, self.error, *self.categories.values()):
+            checked_ttl(ttl)  # positive, finite, at most MAX_TTL_S: a ValueError that says so
 
     def base_ttl(self, category: str | None, *, negative: bool = False) -> float:
         if negative:

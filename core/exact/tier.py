@@ -34,7 +34,7 @@ from ..settings import Exact
 from ..stores.base import L2Store
 from ..stores.memory import TTLLRU
 from .bloom import KeyFilter
-from .link import TIER, StoreLink, StoreUnavailable
+from .link import TIER, StoreLink, StoreUnavailable, refused
 from .misses import UNFIT, MissLedger
 from .policy import TtlPolicy
 from .sync import VersionSync
@@ -349,6 +349,11 @@ class ExactTier:
                 written = yield Call(store.set, store.aset, key, data, ttl)
                 self.breaker.success()
             except Exception as exc:
+                if refused(exc):  # the store is fine: this entry is not kept anywhere
+                    self.breaker.success()
+                    self.metrics.incr(TIER, "refused_writes")
+                    self.link.warn("%s refused an entry: %s", self.store_name, exc)
+                    return None
                 self.link.failed("write", exc)
             else:
                 polled = yield from self.sync.poll_steps()

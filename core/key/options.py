@@ -19,7 +19,32 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EntryOptions", "current_entry_options", "entry_options", "options_from"]
+__all__ = [
+    "MAX_TTL_S",
+    "EntryOptions",
+    "checked_ttl",
+    "current_entry_options",
+    "entry_options",
+    "options_from",
+]
+
+# The longest lifetime an entry may ask for: ten years.  (Redis refuses an expiry that
+# overflows its clock, sys.maxsize seconds for one; nothing a cache keeps needs longer.)
+MAX_TTL_S = 10 * 365 * 24 * 3600
+
+
+def checked_ttl(ttl: object) -> float:
+    """``ttl`` as seconds, when it is a positive finite number no larger than ``MAX_TTL_S``;
+    a ``ValueError`` that names the bound otherwise."""
+    if (
+        isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
+        or not 0 < ttl <= MAX_TTL_S
+    ):  # fmt: skip
+        raise ValueError(
+            f"ttl must be a positive number of seconds, at most {MAX_TTL_S} (10 years), "
+            f"not {ttl!r:.40}"
+        )
+    return float(ttl)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +63,8 @@ def entry_options(
     *, ttl: float | None = None, tags: Iterable[str] = (), category: str | None = None
 ) -> Iterator[EntryOptions]:
     """Entries written inside the block get ``ttl``, ``tags`` and ``category``."""
-    if ttl is not None and (
-        isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
-        or ttl <= 0
-    ):  # fmt: skip
-        raise ValueError(f"ttl must be a positive number of seconds, not {ttl!r}")
+    if ttl is not None:
+        ttl = checked_ttl(ttl)
     if isinstance(tags, str | bytes):
         raise TypeError("tags must be a list of tags, not one string: tags=[tag]")
     tags = tuple(tags)

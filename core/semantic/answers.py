@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["GENERIC_ENTRIES", "SAME_FAMILY", "UNRELATED", "Families", "boilerplate"]
+__all__ = ["GENERIC_ENTRIES", "SAME_FAMILY", "UNRELATED", "Families", "boilerplate", "failure"]
 
 SAME_FAMILY = 0.8  # cosine of two answers' embeddings taken as one family of wordings
 # cosine under which two questions are about different things (USE-m: unrelated questions score
@@ -72,12 +72,25 @@ _WORDLESS = re.compile(r"[^\W_]")  # a letter, digit or ideograph
 def boilerplate(answer: str) -> bool:
     """True for an answer that refuses, apologizes, does not know, reports an error or a
     policy block, or says nothing ("…", "N/A")."""
-    text = " ".join(answer.split()).casefold().replace("’", "'")
-    text = text.lstrip("\"'“‘「『*#>-• ")
+    text = _plain(answer)
     if not text or not _WORDLESS.search(text) or text.rstrip(".。!！") in _NOTHING:
         return True
-    if text.startswith(REFUSALS):
-        return True
+    return text.startswith(REFUSALS) or _reports_failure(text)
+
+
+def failure(answer: str) -> bool:
+    """True for an answer that reports an error or a failed call ("temporarily unavailable
+    (HTTP 503)", "Rate limit exceeded", "Error: …", a policy block) rather than answering:
+    what the model says once it has recovered may differ."""
+    return _reports_failure(_plain(answer))
+
+
+def _plain(answer: str) -> str:
+    text = " ".join(answer.split()).casefold().replace("’", "'")
+    return text.lstrip("\"'“‘「『*#>-• ")
+
+
+def _reports_failure(text: str) -> bool:
     if _ERROR_LABEL.search(text):
         return True
     return len(text) <= 120 and bool(_ERROR_WORDS.search(text))
