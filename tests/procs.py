@@ -21,6 +21,13 @@ def write_entries(options: dict[str, Any], questions: list[str]) -> None:
             cache.update(cache.request(q), f"answer to {q}")
 
 
+def write_and_exit(options: dict[str, Any], questions: list[str]) -> None:
+    """A short script: write answers, then end at once (no ``close()``)."""
+    cache = Cache(**options)
+    for q in questions:
+        assert cache.update(cache.request(q), f"answer to {q}")
+
+
 def hold_until_invalidated(options: dict[str, Any], ready: Queue, started: Queue) -> None:
     """Keep a tagged entry hot in L1, then report how long after the parent's invalidation
     (a wall-clock time it sends) the first miss came."""

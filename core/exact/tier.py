@@ -82,6 +82,8 @@ class ExactTier:
         )
         self.misses = MissLedger()
         self._next_refresh = 0.0
+        self._served: dict[str, None] = {}  # keys L1 served, until the store is told (``touch``)
+        self._served_told = 0.0
         on_fork(self.sync.after_fork)
 
     @property
@@ -172,6 +174,7 @@ class ExactTier:
         entry = self.l1.get(key)
         if entry is not None:
             if self._judge(entry) is None:
+                self._note_served(key)
                 return entry
             self.l1.pop(key)
         if self.store is None or not key.startswith(entry_prefix(self.namespace)):
@@ -219,7 +222,27 @@ class ExactTier:
             return None
         entry.hits += 1
         self.metrics.incr(TIER, "hits_l1")
+        self._note_served(key)
         return ExactHit(entry, key, "l1")
+
+    def _note_served(self, key: str) -> None:
+        """An L1 hit, remembered for the store's recency (its LRU never sees it otherwise)."""
+        if len(self._served) < _SERVED_MAX:
+            self._served[key] = None
+
+    def _tell_served(self, *, now: bool = False) -> None:
+        """Tell the store which entries L1 served (``touch``: a bounded SQLite file's used_at,
+        Redis's LRU clock), at most every ``_TELL_SERVED_S``: the hottest entries are not
+        evicted as unused.  The upkeep thread's work (and ``close``'s)."""
+        touch = getattr(self.store, "touch", None)
+        if touch is None or not (now or time.monotonic() >= self._served_told + _TELL_SERVED_S):
+            return
+        self._served_told = time.monotonic()
+        served, self._served = self._served, {}
+        try:
+            touch(list(served))
+        except Exception as exc:
+            self.link.failed("touch", exc)
 
     def _should_read_l2(self, key: str, reachable: bool = True) -> bool:
         """True when L2 must be asked; otherwise the lookup is a miss, counted here.
@@ -451,6 +474,7 @@ class ExactTier:
             except Exception as exc:
                 self.link.failed("refresh", exc)
         self.sync.check_policy()
+        self._tell_served()
 
     def invalidate(self, tag: str) -> int:
         """Make every entry written under ``tag`` unreachable, in every process."""
@@ -526,6 +550,8 @@ class ExactTier:
     def close(self) -> None:
         self._upkeep.stop()
         if self.store is not None:
+            if self.breaker.allow():
+                self._tell_served(now=True)
             self.store.close()
 
 
@@ -533,5 +559,8 @@ class ExactTier:
 # one taken for stale is deleted), never serves a stale one.
 _CLOCK_MARGIN_S = 0.05
 
+
+_SERVED_MAX = 10_000  # L1 hits remembered between two ``touch`` calls (beyond: not told)
+_TELL_SERVED_S = 1.0  # how often the store is told of L1 hits
 
 _ADMIN_POLLS = 5  # an admin verb's tries at a poll (each within the store's short timeout)

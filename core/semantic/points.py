@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ from ..key.forms import folded, form_key
 from ..key.normalize import normalize
 from ..key.question import Located
 from ..key.request import CacheRequest, context_fingerprint, entry_prefix
+from ..stores.base import point_id_for
 from .guards.canonical import canonical
 
 __all__ = [
@@ -47,11 +47,6 @@ _MAX_DRAFT_BYTES = 32 * 1024  # a question of at most 4,096 characters, its dige
 
 # A draft's payload: what a point of the semantic tier holds, bar the vector.
 Draft = dict[str, Any]
-
-
-def point_id_for(ref: str) -> str:
-    """A stable point id per exact key: rewriting an answer replaces its point."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
 
 
 def scope(request: CacheRequest, located: Located, *, volatile: bool) -> dict[str, str]:

@@ -20,6 +20,7 @@ tier learns its decisions from (``semantic.learning``), which every process read
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
@@ -35,6 +36,7 @@ __all__ = [
     "VersionState",
     "WrittenKeys",
     "batched",
+    "point_id_for",
 ]
 
 T = TypeVar("T")
@@ -45,6 +47,12 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
+
+
+def point_id_for(ref: str) -> str:
+    """The id of the semantic point that indexes the exact entry ``ref`` (one per entry, stable:
+    rewriting an answer replaces its point; a store evicting an entry deletes its point)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
 
 
 class Record(NamedTuple):

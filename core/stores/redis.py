@@ -332,6 +332,16 @@ class RedisStore:
         for key in keys:  # one key a command: cluster-safe
             client.delete(key)
 
+    def touch(self, keys: Sequence[str]) -> None:
+        """``keys`` were just served from a level in front of Redis (L1): ``TOUCH`` them, so
+        an LRU ``maxmemory-policy`` sees them used (one pipeline; off the request path)."""
+        if not keys:
+            return
+        with self._bulk.pipeline(transaction=False) as pipe:
+            for key in keys:  # one key a command: cluster-safe
+                pipe.touch(key)
+            pipe.execute()
+
     async def aget(self, key: str) -> Record | None:
         return _record(await self._aclient().get(key))
 

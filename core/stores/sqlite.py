@@ -11,9 +11,11 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from ..key.request import is_entry_key
 from ..runtime.forks import hold_across_fork, inherited, on_fork
 from ..runtime.home import private_sqlite
 from .base import (
@@ -24,6 +26,7 @@ from .base import (
     Record,
     VersionState,
     WrittenKeys,
+    point_id_for,
 )
 
 __all__ = ["SQLiteStore", "transaction"]
@@ -38,7 +41,7 @@ CREATE TABLE IF NOT EXISTS entries (
     watermark REAL NOT NULL,
     expires_at REAL NOT NULL,
     size INTEGER NOT NULL DEFAULT 0,  -- len(value): what max_bytes counts
-    used_at REAL NOT NULL DEFAULT 0  -- last written or read (reads land within a sweep)
+    used_at REAL NOT NULL DEFAULT 0  -- last written or read (reads land within a second)
 );
 CREATE INDEX IF NOT EXISTS entries_expiry ON entries(expires_at);
 CREATE INDEX IF NOT EXISTS entries_lru ON entries(used_at, size);
@@ -91,9 +94,12 @@ class SQLiteStore:
     ``sweep_batch`` rows per transaction.
 
     ``max_entries`` and ``max_bytes`` (of stored values) bound the file, every namespace in
-    it together: the sweep evicts the least recently used entries beyond them, and a process
-    that writes a tenth of the bound wakes it early.  Reads are remembered in memory and
-    written at the next sweep, so "recently" is accurate to ``sweep_every``.
+    it together: a write that takes the file past them evicts the least recently used entries
+    in its own transaction (the ``tally`` table, kept by triggers, counts them at no cost), so
+    the bound holds after every write of every process, however many write at once and
+    however soon they exit.  An evicted entry's semantic point goes with it (a deletion in the
+    point log: every replica drops it).  Reads are remembered in memory and written by
+    ``touch`` (the exact tier calls it every second with what L1 served) or the next sweep.
 
     Without pub/sub, other processes learn of invalidations by polling the version tables
     (the exact tier does this every ``refresh_s``).
@@ -120,10 +126,8 @@ class SQLiteStore:
     ) -> None:
         self.path = Path(path)
         self.max_entries, self.max_bytes = max_entries, max_bytes
-        self.evicted = 0  # entries this process's sweeps evicted for the bound
-        self._touched: dict[str, float] = {}  # key → last read, until the next sweep writes it
-        self._writes = 0  # since the last sweep: a bounded file's sweeper wakes early
-        self._tenth = 1  # a tenth of the bound, in entries (set by the writes)
+        self.evicted = 0  # entries this process's writes and sweeps evicted for the bound
+        self._touched: dict[str, float] = {}  # key → last read, until ``touch`` writes it
         self.label_log_length = label_log_length
         self._label_writes: dict[str, int] = {}  # label writes per namespace (when to trim)
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -162,9 +166,11 @@ class SQLiteStore:
         self._start_sweeper()
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(
+        db = sqlite3.connect(
             self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
         )
+        db.execute("PRAGMA recursive_triggers = ON")  # a REPLACE's delete is tallied too
+        return db
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
@@ -195,35 +201,58 @@ class SQLiteStore:
         return Record(bytes(rows[0][0]), rows[0][1])
 
     def set(self, key: str, value: bytes, ttl: float) -> float:
+        """Write an entry; in a bounded file, the same transaction evicts beyond the bound."""
         now = self._clock()
-        with self._writing() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO entries (key, value, watermark, expires_at, size, used_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, value, now, now + ttl, len(value), now),
-            )
-        self._writes += 1
-        bound = self.max_entries or (self.max_bytes and self.max_bytes // max(len(value), 1))
-        if bound:
-            self._tenth = max(bound // 10, 1)
-            if self._writes == 1 or self._writes >= self._tenth:
-                self._nudge.set()
+        insert = (
+            "INSERT OR REPLACE INTO entries (key, value, watermark, expires_at, size, used_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+        )
+        row = (key, value, now, now + ttl, len(value), now)
+        if self.max_entries is None and self.max_bytes is None:
+            with self._writing() as db:
+                db.execute(insert, row)
+            return now
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
+            db.execute(insert, row)
+            tally = db.execute("SELECT entries, bytes FROM tally").fetchone() or _recount(db)
+            over = _over(tally, self.max_entries, self.max_bytes)
+            evicted = 0
+            if over != (0, 0):  # this process's reads count before the victims are chosen
+                self._write_uses(db, _USES_PER_WRITE)
+                evicted = _evict(db, *_with_room(over, self.max_entries, self.max_bytes),
+                                 _EVICT_PER_WRITE, now)  # fmt: skip
+        self.evicted += evicted
         return now
 
-    def writes_below_a_tenth(self) -> bool:
-        """True when this process wrote since the last sweep, less than a tenth of the bound."""
-        return 0 < self._writes < self._tenth
+    def touch(self, keys: Sequence[str]) -> None:
+        """``keys`` were just served from a level in front of the store (L1): write them, and
+        the reads remembered since the last time, as used now, in short transactions.  The
+        exact tier's background thread calls it (every second at most), never a request."""
+        now = self._clock()
+        for key in keys:
+            if len(self._touched) < _TOUCHED_MAX:
+                self._touched[key] = now
+        for _ in range(len(self._touched) // _USES_PER_WRITE + 1):  # short transactions
+            if not self._touched:
+                break
+            with self._writing() as db, transaction(db, "IMMEDIATE"):
+                self._write_uses(db, _USES_PER_WRITE)
+
+    def _write_uses(self, db: sqlite3.Connection, limit: int) -> None:
+        """Write at most ``limit`` remembered uses (inside a write transaction); the rest stay
+        remembered."""
+        touched, now = self._touched, self._clock()
+        keys = list(islice(touched, limit))  # (one step for the GIL: no read changes it meanwhile)
+        uses = [(touched.pop(key, now), key) for key in keys]
+        db.executemany("UPDATE entries SET used_at = max(used_at, ?) WHERE key = ?", uses)
 
     def sweep(self) -> int:
-        """Delete at most ``sweep_batch`` expired entries (and expired locks), then evict at
-        most ``sweep_batch`` least recently used ones beyond the bound; how many entries.
-        Called by the sweeper thread; short write transactions."""
+        """Write the remembered reads, delete at most ``sweep_batch`` expired entries (and
+        expired locks), then evict at most ``sweep_batch`` least recently used ones beyond the
+        bound (left over when the bound was lowered); how many entries.  Called by the sweeper
+        thread; short write transactions."""
         now = self._clock()
-        touched, self._touched, self._writes = self._touched, {}, 0
-        uses = [(at, key) for key, at in list(touched.items())]  # (list(): one step for the GIL)
-        if uses:
-            with self._writing() as db, transaction(db, "IMMEDIATE"):
-                db.executemany("UPDATE entries SET used_at = max(used_at, ?) WHERE key = ?", uses)
+        self.touch(())
         with self._writing() as db:
             cur = db.execute(
                 "DELETE FROM entries WHERE id IN"
@@ -239,7 +268,9 @@ class SQLiteStore:
         if self.max_entries is None and self.max_bytes is None:
             return expired
         with self._writing() as db, transaction(db, "IMMEDIATE"):
-            evicted = _evict(db, self.max_entries, self.max_bytes, self.sweep_batch)
+            tally = _recount(db)  # (and corrects the tally, should a file's writer miscount)
+            evicted = _evict(db, *_over(tally, self.max_entries, self.max_bytes),
+                             self.sweep_batch, now)  # fmt: skip
         self.evicted += evicted
         return expired + evicted
 
@@ -570,6 +601,10 @@ class SQLiteStore:
         self._nudge.set()
         if self._sweeper is not threading.current_thread():
             self._sweeper.join(timeout=1.0)
+        try:
+            self.touch(())  # the last reads, within the write budget
+        except sqlite3.Error as exc:
+            log.debug("tricache: sqlite uses not written at close: %s", exc)
         with self._lock, self._read_lock:
             self._db.close()
             self._reader.close()
@@ -588,26 +623,88 @@ def _migrate(db: sqlite3.Connection) -> None:
                     raise
 
 
-def _evict(
-    db: sqlite3.Connection, max_entries: int | None, max_bytes: int | None, batch: int
-) -> int:
-    """Delete the least recently used entries beyond the bound, at most ``batch``."""
+def _over(
+    tally: tuple[int, int], max_entries: int | None, max_bytes: int | None
+) -> tuple[int, int]:
+    """How many entries and bytes the file holds beyond the bound (``tally``: what it holds)."""
+    entries, size = tally
+    over_entries = max(0, entries - max_entries) if max_entries is not None else 0
+    return over_entries, max(0, size - max_bytes) if max_bytes is not None else 0
+
+
+def _with_room(
+    over: tuple[int, int], max_entries: int | None, max_bytes: int | None
+) -> tuple[int, int]:
+    """What a write evicts when over the bound: the excess, and a thousandth of a large bound
+    more, so the next writes find room (the cost of an eviction spread over them)."""
+    entries, size = over
+    if entries and max_entries is not None:
+        entries += max_entries // _ROOM
+    if size and max_bytes is not None:
+        size += max_bytes // _ROOM
+    return entries, size
+
+
+def _recount(db: sqlite3.Connection) -> tuple[int, int]:
+    """The entries and bytes the file holds, counted (a scan), written to the tally too."""
     count, total = db.execute("SELECT count(*), coalesce(sum(size), 0) FROM entries").fetchone()
-    over_entries = max(0, count - max_entries) if max_entries is not None else 0
-    over_bytes = max(0, total - max_bytes) if max_bytes is not None else 0
+    db.execute(
+        "INSERT OR REPLACE INTO tally (one, entries, bytes) VALUES (0, ?, ?)", (count, total)
+    )
+    return int(count), int(total)
+
+
+def _evict(
+    db: sqlite3.Connection, over_entries: int, over_bytes: int, batch: int, now: float
+) -> int:
+    """Delete the least recently used entries, at most ``batch``, until ``over_entries`` and
+    ``over_bytes`` are freed, and their semantic points (inside a write transaction)."""
     if not over_entries and not over_bytes:
         return 0
-    victims: list[int] = []
+    victims: list[tuple[int, str]] = []
     freed = 0
-    for row_id, size in db.execute(
-        "SELECT id, size FROM entries ORDER BY used_at, id LIMIT ?", (batch,)
+    for row_id, key, size in db.execute(
+        "SELECT id, key, size FROM entries ORDER BY used_at, id LIMIT ?", (batch,)
     ):
         if len(victims) >= over_entries and freed >= over_bytes:
             break
-        victims.append(row_id)
+        victims.append((row_id, key))
         freed += size
-    db.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i in victims])
+    db.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i, _ in victims])
+    _drop_points(db, [key for _, key in victims], now)
     return len(victims)
+
+
+def _drop_points(db: sqlite3.Connection, keys: Sequence[str], now: float) -> None:
+    """Delete the semantic points of the entries ``keys`` where there are any: a deletion
+    logged (a row without data, a new seq) that every replica applies."""
+    doomed = []
+    for key in keys:
+        namespace = _namespace_of(key)
+        if namespace is not None:
+            doomed.append((now + TOMBSTONE_S, namespace, point_id_for(key)))
+    db.executemany(
+        "INSERT OR REPLACE INTO points (namespace, id, data, expires_at) SELECT namespace, id,"
+        " NULL, ? FROM points WHERE namespace = ? AND id = ? AND data IS NOT NULL",
+        doomed,
+    )
+
+
+def _namespace_of(key: str) -> str | None:
+    """The namespace of an exact-tier key (``tricache:<namespace>:x:<digest>``), or ``None``."""
+    head = key.rpartition(":x:")[0]
+    namespace = head.removeprefix("tricache:")
+    return namespace if head != namespace and is_entry_key(key, namespace) else None
+
+
+def _count_entries(db: sqlite3.Connection) -> None:
+    """The ``tally`` row and the triggers that keep it (made and recounted in one transaction
+    at every open: a file of an earlier version, whose writers did not count, is right from
+    here on)."""
+    with transaction(db, "IMMEDIATE"):
+        for statement in _TALLY.split(";\n"):
+            db.execute(statement)
+        _recount(db)
 
 
 def _set_up(db: sqlite3.Connection, timeout: float) -> None:
@@ -628,6 +725,7 @@ def _set_up(db: sqlite3.Connection, timeout: float) -> None:
     db.execute("PRAGMA synchronous=NORMAL")
     _migrate(db)
     db.executescript(_SCHEMA)
+    _count_entries(db)
     db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
 
 
@@ -638,21 +736,11 @@ def _sweep_forever(
     every: float,
 ) -> None:
     """Every ``every`` seconds (or when nudged), delete expired entries and evict beyond the
-    bound one batch at a time, pausing between batches so other writers get the lock.  A
-    bounded store nudges it at its first write after a sweep (swept ``_TRAILING_S`` later, so
-    a burst is swept once: the bound holds soon after the last write, not a period later) and
-    at every tenth of the bound written (swept now).  Ends when the store is closed or
-    garbage."""
+    bound one batch at a time, pausing between batches so other writers get the lock.  Ends
+    when the store is closed or garbage."""
     while True:
         nudge.wait(every)
         nudge.clear()
-        if stop.is_set():
-            return
-        store = store_ref()
-        trailing = store is not None and store.writes_below_a_tenth()
-        del store
-        if trailing and stop.wait(_TRAILING_S):
-            return
         if stop.is_set():
             return
         while not stop.is_set():
@@ -671,8 +759,21 @@ def _sweep_forever(
 
 _SWEEP_PAUSE_S = 0.005
 _OPEN_TIMEOUT_S = 2.0  # how long opening the file may wait for another process's lock
-_TRAILING_S = 1.0  # a bounded store's sweep after its last writes
-_TOUCHED_MAX = 100_000  # reads remembered between sweeps (beyond: not counted as a use)
+_TOUCHED_MAX = 100_000  # reads remembered between writes of them (beyond: not counted)
+_USES_PER_WRITE = 1000  # remembered reads written in one transaction (an evicting write's first)
+_EVICT_PER_WRITE = 200  # entries one write evicts at most (a lowered bound: the sweep goes on)
+_ROOM = 1000  # an evicting write frees a thousandth of the bound more than it must
+# The entries and bytes of the file, kept by triggers in every writer's transaction (a
+# REPLACE's delete fires its trigger where ``recursive_triggers`` is on, as ``_connect`` sets).
+_TALLY = """CREATE TABLE IF NOT EXISTS tally (
+    one INTEGER PRIMARY KEY CHECK (one = 0), entries INTEGER NOT NULL, bytes INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS entries_added AFTER INSERT ON entries BEGIN
+    UPDATE tally SET entries = entries + 1, bytes = bytes + NEW.size; END;
+CREATE TRIGGER IF NOT EXISTS entries_removed AFTER DELETE ON entries BEGIN
+    UPDATE tally SET entries = entries - 1, bytes = bytes - OLD.size; END;
+CREATE TRIGGER IF NOT EXISTS entries_resized AFTER UPDATE OF size ON entries BEGIN
+    UPDATE tally SET bytes = bytes + NEW.size - OLD.size; END"""
 TOMBSTONE_S = 24 * 3600.0  # how long a deleted point is remembered (a reader away longer rebuilds)
 
 
