@@ -19,7 +19,7 @@ semantic tier and the FAQ), ``key/`` (what makes a key), ``exact/``, ``semantic/
 from typing import TYPE_CHECKING, Any
 
 from .cache import Cache, Entry
-from .exact.coalesce import Coalescer
+from .exact.coalesce import Coalescer, LeaderLeft
 from .exact.link import StoreUnavailable
 from .exact.policy import TtlPolicy
 from .exact.versions import Stamp
@@ -49,6 +49,7 @@ __all__ = [
     "FaqEntry",
     "Guard",
     "Hit",
+    "LeaderLeft",
     "Learn",
     "Metrics",
     "Outcome",

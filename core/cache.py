@@ -39,12 +39,10 @@ from .flow import (
     Outcome,
     Reuse,
     answer_steps,
-    arecording,
-    cached_steps,
-    opened,
-    recording,
+    astream_outcome,
     reuse,
     store_steps,
+    stream_outcome,
 )
 from .hit import Hit
 from .key.asked import Asked, ask
@@ -482,19 +480,18 @@ class Cache:
         *,
         semantic: bool = True,
         faq: bool = True,
+        coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
     ) -> Outcome[Iterator[C]]:
         """A hit replayed as the framework's stream (``replay``), else the model's stream
         (``open_stream()``) passed through and stored once complete (``combine`` makes the
-        ``Answer`` of its chunks)."""
-        asked = self.asked(request)
-        found = run(cached_steps(self, asked, replay, semantic, faq))
-        if found is not None:
-            return found
-        options = dict(semantic=semantic, began=self.exact.began(asked.key), ttl=_ttl(ttl),
-                       category=category)  # fmt: skip
-        return Outcome(recording(self, asked, open_stream(), combine, options), None)
+        ``Answer`` of its chunks).  With a ``coalescer``, the threads that ask the same
+        meanwhile replay that one stream as it comes, and end as it ends (its error when it
+        failed, ``LeaderLeft`` when its reader left it unfinished)."""
+        options = dict(semantic=semantic, ttl=_ttl(ttl), category=category)
+        return stream_outcome(self, self.asked(request), open_stream, combine, replay, options,
+                              faq=faq, coalescer=coalescer)  # fmt: skip
 
     async def astream(
         self,
@@ -505,19 +502,15 @@ class Cache:
         *,
         semantic: bool = True,
         faq: bool = True,
+        coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
     ) -> Outcome[AsyncIterator[C]]:
         """``stream`` from async code (``open_stream`` returns an async iterator, or a
-        coroutine that makes one)."""
-        asked = self.asked(request)
-        found = await arun(cached_steps(self, asked, replay, semantic, faq))
-        if found is not None:
-            return found
-        options = dict(semantic=semantic, began=self.exact.began(asked.key), ttl=_ttl(ttl),
-                       category=category)  # fmt: skip
-        stream = await opened(open_stream())
-        return Outcome(arecording(self, asked, stream, combine, options), None)
+        coroutine that makes one): the tasks of one event loop share a stream."""
+        options = dict(semantic=semantic, ttl=_ttl(ttl), category=category)
+        return await astream_outcome(self, self.asked(request), open_stream, combine, replay,
+                                     options, faq=faq, coalescer=coalescer)  # fmt: skip
 
     def update_answer(
         self,

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import enum
 import logging
+import weakref
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Hashable,
     Iterable,
     Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from .exact.coalesce import Coalescer
+from .exact.coalesce import NOTHING, Coalescer, Flight, LeaderLeft
 from .exact.versions import Stamp
 from .hit import Hit
 from .key.asked import Asked
@@ -187,17 +190,59 @@ def answer_steps(
     if found is not None:
         return found
     began = cache.exact.began(asked.key)
-    if coalescer is not None:
-        leader = yield Enter(coalescer.turn, coalescer.aturn, asked.key)
-        if not leader:  # another caller answered meanwhile, or gave up
+    flight: Flight | None = None
+    view, storable = (yield from view_steps(cache, asked)), may_store(cache, asked)
+    if coalescer is not None and (view is not None or storable):
+        flight = yield Enter(coalescer.flight, coalescer.aflight, asked.key, "answer", view,
+                             not storable)  # fmt: skip
+        if not flight.leader:  # another caller answered meanwhile, or gave up
+            handed = flight.handed()
+            if handed is not NOTHING:  # the same request's answer, a moment ago
+                cache.metrics.incr("requests", "coalesced")
+                return Outcome(handed, None)
             found = yield from cached_steps(cache, asked, served, semantic, faq)
             if found is not None:
                 return found
             began = cache.exact.began(asked.key)
     produced = yield ask
-    yield from store_steps(cache, asked, produced, convert, semantic=semantic, began=began,
-                           ttl=ttl, category=category)  # fmt: skip
+    answer = converted(produced, convert)
+    allowed = Reuse.NEVER if answer is None else reuse(answer)
+    stored = answer is not None and (
+        yield from stored_steps(cache, asked, answer, allowed, semantic=semantic, began=began,
+                                ttl=ttl, category=category)
+    )  # fmt: skip
+    # not stored (a time-dependent question, a store that refused it): handed to the callers
+    # waiting for it, when the rule lets the same request have it and no version moved
+    shareable = not stored and view is not None and allowed is not Reuse.NEVER
+    if flight is not None and shareable and versions_view(cache, asked) == view:
+        flight.hand(produced)
     return Outcome(produced, None)
+
+
+def versions_view(cache: Cache, asked: Asked) -> Hashable:
+    """The versions ``asked`` begins under, as this process knows them now: callers that
+    began under the same ones may share one answer.  ``None`` when it cannot vouch for them
+    (not verified with the store, or a tag of the request not read yet)."""
+    exact = cache.exact
+    versions = exact.versions
+    if exact.store is not None and (versions.unknown(asked.tags) or not versions.verified()):
+        return None
+    stamp = versions.stamp(asked.tags)
+    return (stamp.epoch, stamp.kb, stamp.floor, tuple(sorted(stamp.tags.items())))
+
+
+def view_steps(cache: Cache, asked: Asked) -> Steps[Hashable]:
+    """``versions_view``, after one poll of the store when this process cannot vouch for the
+    versions yet (a time-dependent question does not look the exact tier up)."""
+    if versions_view(cache, asked) is None:
+        yield from cache.exact.sync.ready_steps(asked.tags)
+    return versions_view(cache, asked)
+
+
+def may_store(cache: Cache, asked: Asked) -> bool:
+    """Whether an answer to ``asked`` may be stored at all (``Cache._may_cache`` without
+    counting it): a time-dependent question's is not, so no other process can find it."""
+    return cache.cache_time_dependent or asked.cacheable(cache.tiers.judge)
 
 
 def cached_steps(
@@ -235,12 +280,35 @@ def store_steps(
     rule: Callable[[Answer], Reuse] = reuse,
 ) -> Steps[bool]:
     """Store what the model answered, as ``rule`` allows; ``False`` when not stored."""
-    try:
-        answer = convert(produced)
-    except Exception as exc:  # an answer the adapter cannot read: passed on, not stored
-        log.warning("tricache: answer not stored (%s: %s)", type(exc).__name__, exc)
+    answer = converted(produced, convert)
+    if answer is None:
         return False
-    allowed = rule(answer)
+    return (yield from stored_steps(cache, asked, answer, rule(answer), semantic=semantic,
+                                    began=began, ttl=ttl, category=category))  # fmt: skip
+
+
+def converted(produced: T, convert: Callable[[T], Answer]) -> Answer | None:
+    """What the model answered as an ``Answer``; ``None`` when the adapter cannot read it
+    (it is passed on, never stored nor shared)."""
+    try:
+        return convert(produced)
+    except Exception as exc:
+        log.warning("tricache: answer not stored (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def stored_steps(
+    cache: Cache,
+    asked: Asked,
+    answer: Answer,
+    allowed: Reuse,
+    *,
+    semantic: bool,
+    began: Stamp | None,
+    ttl: float | None,
+    category: str | None = None,
+) -> Steps[bool]:
+    """Store ``answer`` as ``allowed``; ``False`` when not stored."""
     if allowed is Reuse.NEVER:
         cache.metrics.incr("exact", "not_reusable")
         return False
@@ -252,6 +320,219 @@ def store_steps(
     fields = dict(category=category, negative=False, tokens=answer.tokens, model=answer.model,
                   stamp=began, shared=shared, ttl=ttl)  # fmt: skip
     return (yield from cache.update_steps(asked, answer.text, answer.payload, shared, fields))
+
+
+# streams -----------------------------------------------------------------------------------------
+_TURNS = 3  # a stream's follower whose head left before it began: turns it takes again
+
+
+def stream_outcome(
+    cache: Cache,
+    asked: Asked,
+    open_stream: Callable[[], Iterable[C]],
+    combine: Callable[[Sequence[C]], Answer],
+    replay: Callable[[Hit], Iterator[C] | None],
+    options: dict[str, Any],
+    *,
+    faq: bool,
+    coalescer: Coalescer | None,
+    turns: int = _TURNS,
+) -> Outcome[Iterator[C]]:
+    """A hit replayed, else the model's stream passed through and stored once complete.  With
+    a ``coalescer``, the callers of this process that ask the same meanwhile replay the first
+    one's stream as it comes (``Flight.replay``), and other processes wait for its lock.  A
+    follower whose head left before it passed anything on takes a new turn (``turns`` at
+    most, then it streams on its own)."""
+    semantic = options["semantic"]
+    found = run(cached_steps(cache, asked, replay, semantic, faq))
+    if found is not None:
+        return found
+    options = {**options, "began": cache.exact.began(asked.key)}
+    view = run(view_steps(cache, asked)) if coalescer is not None else None
+    while coalescer is not None and view is not None and turns > 0:
+        turns -= 1
+        flight = coalescer.join(asked.key, "stream", view, not may_store(cache, asked))
+        if flight.head:
+            return _head(cache, asked, flight, open_stream, combine, replay, options, faq)
+        hit = flight.follow()  # (raises the head's error)
+        if hit is not NOTHING:
+            cache.metrics.incr("requests", "coalesced")
+            again = partial(stream_outcome, cache, asked, open_stream, combine, replay, options,
+                            faq=faq, coalescer=coalescer, turns=turns)  # fmt: skip
+            return Outcome(_following(flight, again), hit)
+    return Outcome(recording(cache, asked, open_stream(), combine, options), None)
+
+
+def _following(flight: Flight, again: Callable[[], Outcome[Iterator[C]]]) -> Iterator[C]:
+    """The head's stream, replayed; when its head left before anything came, a new turn."""
+    passed = False
+    try:
+        for chunk in flight.replay():
+            passed = True
+            yield chunk
+    except LeaderLeft:
+        if passed:
+            raise
+        yield from again().answer
+
+
+def _head(
+    cache: Cache,
+    asked: Asked,
+    flight: Flight,
+    open_stream: Callable[[], Iterable[C]],
+    combine: Callable[[Sequence[C]], Answer],
+    replay: Callable[[Hit], Iterator[C] | None],
+    options: dict[str, Any],
+    faq: bool,
+) -> Outcome[Iterator[C]]:
+    """The first caller of its process: its stream (a hit another process stored meanwhile,
+    else the model's), published to its followers as it passes it on."""
+    try:
+        if not flight.leader:  # another process led: its answer may be stored now
+            found = run(cached_steps(cache, asked, replay, options["semantic"], faq))
+            if found is not None:
+                flight.opened(found.hit)
+                return Outcome(_shared(flight, iter(found.answer)), found.hit)
+            options = {**options, "began": cache.exact.began(asked.key)}
+        flight.pulling(True)
+        chunks = iter(open_stream())
+    except BaseException as exc:
+        flight.leave(exc)
+        raise
+    flight.pulling(False)
+    flight.opened(None)
+    return Outcome(_shared(flight, recording(cache, asked, chunks, combine, options)), None)
+
+
+def _shared(flight: Flight, chunks: Iterator[C]) -> Iterator[C]:
+    stream = _publishing(flight, chunks)
+    weakref.finalize(stream, flight.abandon).atexit = False  # never read: collected
+    return stream
+
+
+def _publishing(flight: Flight, chunks: Iterator[C]) -> Iterator[C]:
+    """``chunks`` passed on, each published to ``flight`` first; the flight left as the
+    stream ends: complete, failed (its error), or left unfinished."""
+    try:
+        while True:
+            flight.pulling(True)
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            finally:
+                flight.pulling(False)
+            flight.publish(chunk)
+            yield chunk
+    except BaseException as exc:
+        flight.leave(exc)
+        raise
+    flight.leave(complete=True)
+
+
+async def astream_outcome(
+    cache: Cache,
+    asked: Asked,
+    open_stream: Callable[[], Awaitable[AsyncIterator[C]] | AsyncIterator[C]],
+    combine: Callable[[Sequence[C]], Answer],
+    replay: Callable[[Hit], AsyncIterator[C] | None],
+    options: dict[str, Any],
+    *,
+    faq: bool,
+    coalescer: Coalescer | None,
+    turns: int = _TURNS,
+) -> Outcome[AsyncIterator[C]]:
+    """``stream_outcome`` for async code: the coroutines of one event loop share a stream."""
+    semantic = options["semantic"]
+    found = await arun(cached_steps(cache, asked, replay, semantic, faq))
+    if found is not None:
+        return found
+    options = {**options, "began": cache.exact.began(asked.key)}
+    view = await arun(view_steps(cache, asked)) if coalescer is not None else None
+    while coalescer is not None and view is not None and turns > 0:
+        turns -= 1
+        flight = await coalescer.ajoin(asked.key, "stream", view, not may_store(cache, asked))
+        if flight.head:
+            return await _ahead(cache, asked, flight, open_stream, combine, replay, options,
+                                faq)  # fmt: skip
+        hit = await flight.afollow()
+        if hit is not NOTHING:
+            cache.metrics.incr("requests", "coalesced")
+            again = partial(astream_outcome, cache, asked, open_stream, combine, replay,
+                            options, faq=faq, coalescer=coalescer, turns=turns)  # fmt: skip
+            return Outcome(_afollowing(flight, again), hit)
+    stream = await opened(open_stream())
+    return Outcome(arecording(cache, asked, stream, combine, options), None)
+
+
+async def _ahead(
+    cache: Cache,
+    asked: Asked,
+    flight: Flight,
+    open_stream: Callable[[], Awaitable[AsyncIterator[C]] | AsyncIterator[C]],
+    combine: Callable[[Sequence[C]], Answer],
+    replay: Callable[[Hit], AsyncIterator[C] | None],
+    options: dict[str, Any],
+    faq: bool,
+) -> Outcome[AsyncIterator[C]]:
+    """``_head`` for async code."""
+    try:
+        if not flight.leader:
+            found = await arun(cached_steps(cache, asked, replay, options["semantic"], faq))
+            if found is not None:
+                flight.opened(found.hit)
+                return Outcome(_ashared(flight, found.answer), found.hit)
+            options = {**options, "began": cache.exact.began(asked.key)}
+        flight.pulling(True)
+        chunks = await opened(open_stream())
+    except BaseException as exc:
+        await flight.aleave(exc)
+        raise
+    flight.pulling(False)
+    flight.opened(None)
+    return Outcome(_ashared(flight, arecording(cache, asked, chunks, combine, options)), None)
+
+
+async def _afollowing(
+    flight: Flight, again: Callable[[], Awaitable[Outcome[AsyncIterator[C]]]]
+) -> AsyncIterator[C]:
+    """``_following`` for async code."""
+    passed = False
+    try:
+        async for chunk in flight.areplay():
+            passed = True
+            yield chunk
+    except LeaderLeft:
+        if passed:
+            raise
+        async for chunk in (await again()).answer:
+            yield chunk
+
+
+def _ashared(flight: Flight, chunks: AsyncIterator[C]) -> AsyncIterator[C]:
+    stream = _apublishing(flight, chunks)
+    weakref.finalize(stream, flight.abandon).atexit = False
+    return stream
+
+
+async def _apublishing(flight: Flight, chunks: AsyncIterator[C]) -> AsyncIterator[C]:
+    """``_publishing`` for an async stream."""
+    try:
+        while True:
+            flight.pulling(True)
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            finally:
+                flight.pulling(False)
+            flight.publish(chunk)
+            yield chunk
+    except BaseException as exc:
+        await flight.aleave(exc)
+        raise
+    await flight.aleave(complete=True)
 
 
 def recording(

@@ -193,7 +193,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
 
         try:
             out = self.tricache.stream(request, opened, _chunks_answer, _replayed,
-                                       **flags)  # fmt: skip
+                                       **self._options(flags))  # fmt: skip
         except _Curated as curated:
             yield from _replay(curated.result.generations[0], {"tier": "faq"})
             return
@@ -246,7 +246,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         else:
             try:
                 out = await self.tricache.astream(request, opened, _chunks_answer, _areplayed,
-                                                  **flags)  # fmt: skip
+                                                  **self._options(flags))  # fmt: skip
             except _Curated as curated:
                 for chunk in _replay(curated.result.generations[0], {"tier": "faq"}):
                     yield chunk

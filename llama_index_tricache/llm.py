@@ -232,7 +232,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.stream_chat(messages, **kwargs)
         ask = partial(self.llm.stream_chat, messages, **kwargs)
-        out = self.tricache.stream(call.request, ask, *_CHAT_STREAM, **self._options(call, False))
+        out = self.tricache.stream(call.request, ask, *_CHAT_STREAM, **self._options(call))
         return _said_stream(out)
 
     @llm_chat_callback()
@@ -243,7 +243,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return await self.llm.astream_chat(messages, **kwargs)
         ask = partial(self.llm.astream_chat, messages, **kwargs)
-        options = self._options(call, False)
+        options = self._options(call)
         return _asaid_stream(
             await self.tricache.astream(call.request, ask, *_ACHAT_STREAM, **options)
         )
@@ -276,7 +276,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.stream_complete, prompt, formatted=formatted, **kwargs)
-        options = self._options(call, False)
+        options = self._options(call)
         return _said_stream(self.tricache.stream(call.request, ask, *_COMPLETION_STREAM, **options))
 
     @llm_completion_callback()
@@ -287,7 +287,7 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.astream_complete, prompt, formatted=formatted, **kwargs)
-        options = self._options(call, False)
+        options = self._options(call)
         out = await self.tricache.astream(call.request, ask, *_ACOMPLETION_STREAM, **options)
         return _asaid_stream(out)
 
@@ -364,12 +364,10 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
                 log.warning("tricache: call not cacheable (%s)", exc)
                 return None
 
-    def _options(self, call: _Call, coalesce: bool = True) -> dict[str, Any]:
+    def _options(self, call: _Call) -> dict[str, Any]:
         """How the flow treats ``call``: look-alikes or not, its lifetime, its coalescer."""
-        options: dict[str, Any] = {"semantic": call.semantic, "faq": call.faq, "ttl": call.ttl}
-        if coalesce:
-            options["coalescer"] = self._coalescer
-        return options
+        return {"semantic": call.semantic, "faq": call.faq, "ttl": call.ttl,
+                "coalescer": self._coalescer}  # fmt: skip
 
 
 _DONE = object()
