@@ -619,24 +619,26 @@ class Cache:
         return found
 
     def entry(self, entry_id: str) -> Entry | None:
-        """One entry by its id (``Entry.id``, a hit's ``entry_id``), or ``None``."""
+        """One entry by its id (``Entry.id``, a hit's ``entry_id``), or ``None``; in any
+        process (the versions are read first).  ``StoreUnavailable`` when the store does not
+        answer."""
         kind, key = self._feedback_target(entry_id)
         if kind == "faq":
             raise ValueError("a FAQ entry: Cache.faq_entries() lists them")
-        found = self.exact.fetch(key)
+        found = self.exact.read(key)
         return Entry.of(key, found) if found is not None else None
 
     def delete(self, entry_id: str) -> None:
         """Delete one entry (its id, or a hit's ``entry_id``): its answer from the store
         and this process's L1 (another process's L1 lets it go within ``TtlPolicy.l1``, 60 s;
         ``invalidate(tag)`` is at once everywhere), and the question indexed for it from
-        every kind of index."""
+        every kind of index.  ``StoreUnavailable`` when the store did not take it."""
         kind, key = self._feedback_target(entry_id)
         if kind == "faq":
             raise ValueError("a FAQ entry: Cache.delete_faq([id]) deletes it")
         self.exact.delete(key)
         if (tier := self.semantic) is not None:
-            tier.forget(key, self.namespace)
+            _forget(tier, key, self.namespace)
 
     # feedback, versions and maintenance ----------------------------------------------------
     def feedback(self, entry_id: str, *, correct: bool) -> None:
@@ -645,15 +647,21 @@ class Cache:
         A wrong exact hit deletes that entry, a wrong semantic hit removes the matched question
         from the semantic tier (its own question still gets it), a wrong FAQ answer is not
         served to that question again.  Nothing outside this cache's namespace is touched;
-        an id that is not one of its hits' is a ``ValueError``.  Recorded for calibration."""
+        an id that is not one of its hits' is a ``ValueError``.  Works in any process (not
+        only the one served).  Recorded for calibration once done: when the store cannot take
+        it, ``StoreUnavailable`` and nothing is recorded."""
         kind, target = self._feedback_target(entry_id)
-        cached_q, new_q, score = self._recent_hits.get(entry_id, (None, None, None))
         tier = self.semantic
+        if not correct:
+            self._reject(kind, target, tier)
+        cached_q, new_q, score = self._recent_hits.get(entry_id, (None, None, None))
         if tier is not None and tier.audit is not None:
             tier.audit.feedback(entry_id, bool(correct), cached_q, new_q, score)
         self.metrics.incr("feedback", "correct" if correct else "wrong")
-        if correct:
-            return
+
+    def _reject(self, kind: str, target: Any, tier: SemanticTier | None) -> None:
+        """Take a wrong answer out: a FAQ answer from that question, an exact entry from the
+        store, a matched question from every index (so from every process)."""
         if kind == "faq":
             if (store := self.faq) is not None:
                 store.reject(*target)
@@ -661,10 +669,9 @@ class Cache:
         if kind == "exact":
             self.exact.delete(target)
         if tier is not None:
-            try:  # from the store, so from every process
-                tier.forget(target, self.namespace)
-            except Exception as exc:
-                raise StoreUnavailable(f"the rejected match is not forgotten: {exc}") from exc
+            _forget(tier, target, self.namespace)
+        elif kind == "semantic":  # the match would stay served
+            raise StoreUnavailable("the semantic tier is not open here: the match is not forgotten")
 
     def _feedback_target(self, entry_id: str) -> tuple[str, Any]:
         """("exact" | "semantic", key) or ("faq", (id, question)) for a hit's ``entry_id``."""
@@ -845,6 +852,15 @@ class Entry:
         return cls(key, entry.asked, entry.text, entry.category, tuple(sorted(entry.tag_versions)),
                    entry.watermark, entry.shared and not entry.negative, entry.tokens,
                    entry.model)  # fmt: skip
+
+
+def _forget(tier: SemanticTier, key: str, namespace: str) -> None:
+    """The question indexed for ``key`` leaves every index (from the store, so from every
+    process); ``StoreUnavailable`` when it cannot."""
+    try:
+        tier.forget(key, namespace)
+    except Exception as exc:
+        raise StoreUnavailable(f"the question indexed for it is not forgotten: {exc}") from exc
 
 
 def _same(answer: Answer) -> Answer:

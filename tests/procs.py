@@ -297,3 +297,76 @@ def write_until_killed(options: dict[str, Any], ready: Queue) -> None:
     while True:
         cache.update(cache.request(f"Where is office number {n} located?"), f"floor {n}")
         n += 1
+
+
+# An app and the admin tools, each its own process (tests/test_review.py, test_entries.py) -----
+def langchain_app(caches: dict[str, dict[str, Any]], inbox: Queue, outbox: Queue) -> None:
+    """An app's process: LangChain with ``set_llm_cache(TriCache(**caches["main"]))`` and a
+    stand-in chat model (the oracle), plus one model per other cache (``model.cache``).  For
+    each ``(cache name, tenant, question)`` it is sent it answers, and reports the tier that
+    served it ("model" when the model ran) and the hit's entry id; ``None`` ends it."""
+    from langchain_core.globals import set_llm_cache
+
+    from langchain_tricache import TriCache, tenant
+
+    from oracles import ChatOracle
+
+    opened = {name: TriCache(**options) for name, options in caches.items()}
+    set_llm_cache(opened["main"])
+    models = {name: ChatOracle() if name == "main" else ChatOracle(cache=cache)
+              for name, cache in opened.items()}  # fmt: skip
+    outbox.put("ready")
+    try:
+        while (asked := inbox.get(timeout=300)) is not None:
+            name, who, question = asked
+            model = models[name]
+            before = model.calls
+            with tenant(who):
+                message = model.invoke(question)
+            hit = message.response_metadata.get("tricache") or {}
+            outbox.put({"tier": "model" if model.calls > before else hit.get("tier"),
+                        "entry_id": hit.get("entry_id"), "text": message.content})  # fmt: skip
+    finally:
+        set_llm_cache(None)
+        for cache in opened.values():
+            cache.tricache.close()
+
+
+def admin_verbs(options: dict[str, Any], verbs: list[tuple[str, tuple[Any, ...]]],
+                results: Queue) -> None:  # fmt: skip
+    """Each of ``verbs`` (``Cache`` method, arguments: a dict last is keywords) on a new
+    ``Cache``, in a process that
+    looked nothing up; reports each one's result (an ``Entry`` by its question, a list by its
+    length) or the error it raised."""
+    report: list[tuple[str, str, Any]] = []
+    for name, args in verbs:
+        kwargs = args[-1] if args and isinstance(args[-1], dict) else {}
+        with Cache(**options) as cache:
+            try:
+                value = getattr(cache, name)(*args[: len(args) - bool(kwargs)], **kwargs)
+            except Exception as exc:  # reported: the parent asserts on the report
+                report.append((name, "error", f"{type(exc).__name__}: {exc}"))
+                continue
+        shown = getattr(value, "question", value)
+        report.append((name, "ok", len(shown) if isinstance(shown, list) else shown))
+    results.put(report)
+
+
+def hold_until_deleted(options: dict[str, Any], ready: Queue, started: Queue) -> None:
+    """Keep an entry hot in L1, send its id, then report how long after the parent deleted it
+    (a wall-clock time it sends) the first miss came (``None``: still served after 10 s)."""
+    with Cache(**options) as cache:
+        req = cache.request("What does the handbook say about leave?")
+        cache.update(req, "page 12")
+        for _ in range(5):
+            assert cache.lookup(req) is not None
+        assert cache.exact.l1.get(cache.exact.key(req)) is not None
+        ready.put(cache.exact.key(req))
+        deleted_at = started.get(timeout=20)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if cache.lookup(req) is None:
+                ready.put(time.time() - deleted_at)
+                return
+            time.sleep(0.005)
+        ready.put(None)

@@ -19,9 +19,9 @@ and ``put_steps``, which ``Cache`` drives with blocking or awaited store calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..key.asked import Asked
 from ..key.entry import MAX_ASKED, CacheEntry, CorruptEntry, decode_entry, encode_entry
@@ -42,6 +42,8 @@ from .upkeep import Upkeep
 from .versions import Stamp, VersionView, tag_meta
 
 __all__ = ["ExactHit", "ExactTier", "StoreUnavailable"]
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -203,9 +205,31 @@ class ExactTier:
         return entry
 
     def delete(self, key: str) -> None:
-        """Remove one entry from L1 and L2."""
+        """Remove one entry from L1 and L2, for an admin verb (``Cache.delete``, feedback):
+        ``StoreUnavailable`` when the store did not take it."""
         self.l1.pop(key)
-        self.link.delete(key)
+        if self.store is not None:
+            self._admin_call("delete", self.store.delete, [key])
+
+    def read(self, key: str) -> CacheEntry | None:
+        """The current entry stored under ``key``, for an admin verb (``Cache.entry``, the
+        review page): unlike ``fetch`` it works in a process that has looked nothing up, for
+        it reads the versions first (and those of the entry's tags).  ``None`` when the entry
+        is gone, stale or corrupt; ``StoreUnavailable`` when the store does not answer."""
+        if self.store is None:
+            entry = self.l1.get(key)
+            return entry if entry is not None and self._judge(entry) is None else None
+        if not key.startswith(entry_prefix(self.namespace)):
+            return None
+        self._verify_now()
+        record = self._admin_call("read", self.store.get, key)
+        if record is None:
+            return None
+        try:
+            entry = decode_entry(record.value, record.watermark)
+        except CorruptEntry:
+            return None
+        return None if self._stale(entry, record.watermark) else entry
 
     def _from_l1(self, key: str, tags: tuple[str, ...] = ()) -> ExactHit | None:
         entry = self.l1.get(key)
@@ -497,8 +521,7 @@ class ExactTier:
                 if self._judge(entry) is None:
                     yield key, entry
             return
-        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):
-            raise StoreUnavailable(f"{self.store_name} did not answer")
+        self._verify_now()
         for key, record in self.store.scan(self.namespace):
             try:
                 entry = decode_entry(record.value, record.watermark)
@@ -512,8 +535,7 @@ class ExactTier:
         counts = {"scanned": 0, "stale": 0, "corrupt": 0}
         if self.store is None:
             return counts
-        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):  # (a busy server: again)
-            raise StoreUnavailable(f"{self.store_name} did not answer")
+        self._verify_now()
         doomed = []
         for key, record in self.store.scan(self.namespace):
             counts["scanned"] += 1
@@ -532,12 +554,40 @@ class ExactTier:
 
     def _evictable(self, entry: CacheEntry, written: float) -> bool:
         """Stale for sure (an admin task: it reads what this view lacks, then judges)."""
+        try:
+            return self._stale(entry, written)
+        except StoreUnavailable:
+            return False  # cannot tell: the entry stays
+
+    def _stale(self, entry: CacheEntry, written: float) -> bool:
+        """Whether ``entry`` (written at ``written``) is stale, for an admin verb: what this
+        view lacks is read first; ``StoreUnavailable`` when it still cannot tell."""
         for _ in range(_ADMIN_POLLS):
             try:
                 return self._judge(entry, written=written) is not None
             except StoreUnavailable:
                 self.sync.poll([tag_meta(t) for t in entry.tag_versions])
-        return False  # cannot tell: the entry stays
+        raise StoreUnavailable(f"{self.store_name} did not say whether the entry is current")
+
+    def _verify_now(self) -> None:
+        """The versions read from the store before an admin verb, whatever this process did
+        before (a fresh one has looked nothing up); tried again on a busy server."""
+        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):
+            raise StoreUnavailable(f"{self.store_name} did not answer")
+
+    def _admin_call(self, what: str, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the store for an admin verb: tried again on a busy server (each
+        try within the store's timeout); ``StoreUnavailable`` when it never answered."""
+        for attempt in range(_ADMIN_POLLS):
+            try:
+                result = call(*args)
+            except Exception as exc:
+                if attempt + 1 == _ADMIN_POLLS:
+                    raise StoreUnavailable(f"{self.store_name} {what} failed: {exc}") from exc
+                continue
+            self.breaker.success()
+            return result
+        raise AssertionError("unreachable")  # (_ADMIN_POLLS >= 1)
 
     def clear(self) -> None:
         """Drop every entry of the namespace, in L2 and in every process's L1."""

@@ -22,6 +22,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from ..cache import Cache
+from ..exact.link import StoreUnavailable
 from ..ops.metrics import Metrics
 from ..runtime.home import data_dir
 from ..settings import Exact, Faq, Qdrant, Semantic
@@ -43,7 +44,8 @@ class CliError(Exception):
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input or an unusable store, not a bug in tricache."""
     errors: list[type[BaseException]] = [
-        CliError, typer.BadParameter, ValueError, OSError, sqlite3.Error, csv.Error
+        CliError, typer.BadParameter, ValueError, OSError, sqlite3.Error, csv.Error,
+        StoreUnavailable,
     ]  # fmt: skip
     with contextlib.suppress(ImportError):
         import redis
@@ -676,7 +678,8 @@ def review(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Its port.")] = 8765,
     audit: Annotated[
-        Path | None, typer.Option(help="The audit log (default: the data directory's).")
+        Path | None,
+        typer.Option(help="The audit log (default: the app's: beside --path, else the data dir)."),
     ] = None,
     redis_url: RedisUrl = None,
     path: Path_ = None,
@@ -691,12 +694,18 @@ def review(
     except ImportError as exc:
         raise CliError("needs the review extra: pip install 'tricache[review]'", str(exc)) from None
     from ..semantic.audit import AuditLog
+    from ..tiers import _vector_dir
 
-    log_path = audit or data_dir() / "audit.sqlite3"
+    # where a cache on this store writes it: beside an explicit SQLite file, else the data dir
+    log_path = audit or (_vector_dir(path) or data_dir()) / "audit.sqlite3"
     if not log_path.exists():
         _fail("no audit log here (a cache with Semantic(audit=True) writes one)", log_path)
+
+    def open_cache(other: str) -> Cache:  # for the decisions of another namespace
+        return _open(redis_url, path, other, faq=False)
+
     with _open(redis_url, path, namespace, faq=False) as cache:
-        page = review_app(cache, AuditLog(log_path))
+        page = review_app(cache, AuditLog(log_path), open_cache=open_cache)
         console.print(f"review page at http://{host}:{port}/ (Ctrl-C to stop)")
         uvicorn.run(page, host=host, port=port, log_level="warning")
 

@@ -5,7 +5,8 @@ Recent semantic decisions with both questions in full, the score, what served or
 scores with the threshold in force, and two buttons a decision: *same answer* / *not the
 same*.  A verdict becomes a label for the learned decision (the store's label log, read by
 every process), and *not the same* on a served hit is ``feedback(correct=False)``: the
-matched question leaves every index.
+matched question leaves every index.  A verdict acts in its decision's own namespace (the
+candidate it names is of the decision's tenant), and is recorded only once it is done.
 
 Server-rendered (Starlette and Jinja2, no JavaScript), bound to 127.0.0.1 by default; each
 form carries a token of this server's, so another site cannot post verdicts through the
@@ -14,17 +15,22 @@ browser.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import threading
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlencode
 
 from jinja2 import Environment, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..cache import Cache
+from ..exact.link import StoreUnavailable
 from ..semantic.audit import AuditLog
 from ..semantic.learning import Label
 from ..semantic.points import answer_digest
@@ -35,14 +41,23 @@ __all__ = ["judge", "review_app"]
 _BANDS = [round(0.70 + i * 0.02, 2) for i in range(16)]  # histogram bins: 0.70 … 1.00
 
 
-def review_app(cache: Cache, audit: AuditLog, *, limit: int = 200) -> Starlette:
-    """The review page over ``audit`` (its decisions), acting on ``cache``."""
+def review_app(
+    cache: Cache,
+    audit: AuditLog,
+    *,
+    limit: int = 200,
+    open_cache: Callable[[str], Cache] | None = None,
+) -> Starlette:
+    """The review page over ``audit`` (its decisions), acting on ``cache`` for decisions of
+    its namespace, and on ``open_cache(namespace)`` (opened once, closed with the app) for
+    the others; without it, the others are shown with no buttons."""
     token = secrets.token_urlsafe(16)
     pages = Environment(autoescape=select_autoescape(default=True)).from_string(_PAGE)
+    caches = _Caches(cache, open_cache)
 
     async def page(request: Request) -> Response:
         show = {k: request.query_params.get(k, "") for k in ("outcome", "low", "high", "ns")}
-        rows = [_view(r) for r in audit.recent(limit)]
+        rows = [_view(r, caches.acts_in(r.get("namespace"))) for r in audit.recent(limit)]
         shown = [r for r in rows if _kept(r, show)]
         html = pages.render(
             rows=shown, total=len(rows), show=show, token=token, query=urlencode(show),
@@ -59,29 +74,101 @@ def review_app(cache: Cache, audit: AuditLog, *, limit: int = 200) -> Starlette:
         said = str(form.get("verdict", ""))
         if said not in ("same", "different"):
             return PlainTextResponse("verdict: same or different", status_code=400)
-        judge(cache, audit, rowid, said)
+        try:
+            await run_in_threadpool(_judged, caches, audit, rowid, said)
+        except KeyError:
+            return PlainTextResponse("no such decision", status_code=404)
+        except StoreUnavailable as exc:  # nothing was recorded
+            return PlainTextResponse(f"not done, not recorded: {exc}", status_code=503)
+        except ValueError as exc:  # (a decision of another namespace)
+            return PlainTextResponse(f"not done, not recorded: {exc}", status_code=409)
         return RedirectResponse(f"/?{form.get('query', '')}#d{rowid}", status_code=303)
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(caches.close)
+
     return Starlette(
-        routes=[Route("/", page), Route("/judge/{rowid:int}", verdict, methods=["POST"])]
+        routes=[Route("/", page), Route("/judge/{rowid:int}", verdict, methods=["POST"])],
+        lifespan=lifespan,
     )
 
 
-def judge(cache: Cache, audit: AuditLog, rowid: int, verdict: str) -> None:
-    """A person's verdict on decision ``rowid``: recorded on it, made a label of its candidate
-    (the one served, or the best one refused) in the store's label log, and, for a served hit
-    judged "different", ``feedback(correct=False)``."""
+class _Caches:
+    """The cache each decision's verdict acts through: the page's own for its namespace,
+    one opened (once) by ``open_cache`` for another."""
+
+    def __init__(self, cache: Cache, open_cache: Callable[[str], Cache] | None) -> None:
+        self._own = cache
+        self._open = open_cache
+        self._opened: dict[str, Cache] = {}
+        self._lock = threading.Lock()
+
+    def acts_in(self, namespace: object) -> bool:
+        """Whether a verdict on a decision of ``namespace`` can be acted on here."""
+        return namespace == self._own.namespace or (self._open is not None and bool(namespace))
+
+    def __call__(self, namespace: object) -> Cache:
+        if namespace == self._own.namespace:
+            return self._own
+        if self._open is None or not isinstance(namespace, str) or not namespace:
+            raise ValueError(
+                f"a decision of namespace {namespace!r}: this page acts in namespace "
+                f"{self._own.namespace!r} (tricache review --namespace {namespace})"
+            )
+        with self._lock:
+            if namespace not in self._opened:
+                self._opened[namespace] = self._open(namespace)
+            return self._opened[namespace]
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._opened = list(self._opened.values()), {}
+        for cache in opened:
+            cache.close()
+
+
+def _judged(caches: _Caches, audit: AuditLog, rowid: int, verdict: str) -> None:
+    """``judge`` through the cache of the decision's namespace."""
     decision = audit.decision(rowid)
     if decision is None:
         raise KeyError(rowid)
-    audit.judge(rowid, verdict)
+    judge(caches(decision.get("namespace")), audit, rowid, verdict)
+
+
+def judge(cache: Cache, audit: AuditLog, rowid: int, verdict: str) -> None:
+    """A person's verdict on decision ``rowid`` (of ``cache``'s namespace): for a served hit
+    judged "different", ``feedback(correct=False)``; a label of its candidate (the one served,
+    or the best one refused) in the store's label log; then the verdict, recorded on the
+    decision.  Works in a process that has looked nothing up.  ``StoreUnavailable`` (or a
+    ``ValueError`` for a decision of another namespace) when it cannot be done, and then no
+    verdict is recorded."""
+    if verdict not in ("same", "different"):
+        raise ValueError("verdict must be 'same' or 'different'")
+    decision = audit.decision(rowid)
+    if decision is None:
+        raise KeyError(rowid)
+    if decision.get("namespace") != cache.namespace:
+        raise ValueError(
+            f"a decision of namespace {decision.get('namespace')!r}, not {cache.namespace!r}"
+        )
     candidates = decision.get("candidates") or []
     chosen = next((c for c in candidates if c.get("id") == decision.get("hit")), None)
     chosen = chosen or (candidates[0] if candidates else None)
-    if chosen is None:
-        return
-    same = verdict == "same"
-    entry = cache.exact.fetch(str(chosen.get("ref", ""))) if chosen.get("ref") else None
+    if chosen is not None:
+        _act(cache, decision, chosen, same=verdict == "same")
+    audit.judge(rowid, verdict)
+
+
+def _act(cache: Cache, decision: dict[str, Any], chosen: dict[str, Any], *, same: bool) -> None:
+    """What a verdict on ``chosen`` (a candidate of ``decision``) does in the cache."""
+    ref = str(chosen.get("ref") or "")
+    entry = cache.exact.read(ref) if ref else None  # (the versions read first)
+    if decision.get("hit") and not same and ref:
+        cache.feedback(f"s:{ref}", correct=False)  # (an entry of another namespace: refused)
     if entry is not None and decision.get("pool"):
         label = Label(str(decision["pool"]), str(chosen["id"]), float(entry.watermark),
                       float(chosen.get("score", 0.0)), same, 1.0, answer_digest(entry.text),
@@ -91,12 +178,10 @@ def judge(cache: Cache, audit: AuditLog, rowid: int, verdict: str) -> None:
             tier.learning.add([label])
         elif isinstance(cache.store, LabelLog):  # learning off here: kept for who learns
             cache.store.add_labels(cache.namespace, [label.encode()])
-    if decision.get("hit") and not same and chosen.get("ref"):
-        cache.feedback(f"s:{chosen['ref']}", correct=False)
 
 
-def _view(row: dict[str, Any]) -> dict[str, Any]:
-    """What the page shows of an audit row."""
+def _view(row: dict[str, Any], acts: bool = True) -> dict[str, Any]:
+    """What the page shows of an audit row (``acts``: whether its verdict can be acted on)."""
     found, refusals = row.get("candidates"), row.get("rejected")
     candidates: list[dict[str, Any]] = found if isinstance(found, list) else []
     rejected: dict[str, str] = refusals if isinstance(refusals, dict) else {}
@@ -117,7 +202,7 @@ def _view(row: dict[str, Any]) -> dict[str, Any]:
         elif not why and float(c.get("score", 0)) < threshold:
             why = "under the threshold"
         c["why"] = why
-    return {**row, "candidates": candidates, "best": best, "outcome": outcome}
+    return {**row, "candidates": candidates, "best": best, "outcome": outcome, "acts": acts}
 
 
 def _kept(row: dict[str, Any], show: dict[str, str]) -> bool:
@@ -189,7 +274,10 @@ threshold in force: {{ '%.3f'|format(threshold) if threshold else '—' }}</p>
  {% else %}<span class="small">none</span>{% endfor %}</td>
  <td class="{{ r.outcome }}">{{ r.outcome }}{% if r.served_by %} ({{ r.served_by }}){% endif %}
   {% if r.skipped %}({{ r.skipped }}){% endif %}</td>
- <td>{% if r.verdict %}<span class="verdict">{{ r.verdict }}</span>{% elif r.candidates %}
+ <td>{% if r.verdict %}<span class="verdict">{{ r.verdict }}</span>
+  {% elif r.candidates and not r.acts %}
+  <span class="small">another namespace: tricache review --namespace {{ r.namespace }}</span>
+  {% elif r.candidates %}
   {% for v, text in [('same', 'same answer'), ('different', 'not the same')] %}
   <form class="inline" method="post" action="/judge/{{ r.rowid }}">
    <input type="hidden" name="token" value="{{ token }}">
