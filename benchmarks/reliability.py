@@ -592,6 +592,93 @@ def cancellation_storm() -> dict[str, Any]:
             "next_call_ms": round(next_call * 1e3, 1)}  # fmt: skip
 
 
+# coalescing: identical requests at once (#38, items 14-15) ------------------------------------
+def coalescing(n: int = 10) -> list[dict[str, Any]]:
+    """``n`` identical requests at once, through both frameworks, the model 0.3 s slow (a
+    stream: 4 pieces over 0.3 s): the model calls they cost, the slowest caller's wait as a
+    multiple of the model's latency, and the answers that differ from the model's."""
+    import asyncio
+    import threading
+
+    from test_coalescing import DELAY, NOW, PERU, SlowChat, SlowLlama
+
+    from langchain_tricache import CachedChatModel
+    from llama_index_tricache import TriCacheLLM
+
+    def in_threads(call: Any) -> list[tuple[Any, float]]:
+        results: list[Any] = [None] * n
+        barrier = threading.Barrier(n)
+
+        def run(i: int) -> None:
+            barrier.wait()
+            began = time.perf_counter()
+            results[i] = (call(), time.perf_counter() - began)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        return results
+
+    def in_tasks(call: Any) -> list[tuple[Any, float]]:
+        async def one() -> tuple[Any, float]:
+            began = time.perf_counter()
+            return await call(), time.perf_counter() - began
+
+        async def all_of() -> list[tuple[Any, float]]:
+            return await asyncio.gather(*(one() for _ in range(n)))
+
+        return asyncio.run(all_of())
+
+    async def astreamed(model: Any, question: str) -> str:
+        return "".join([str(c.content) async for c in model.astream(question)])
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (scenario, framework, run) in enumerate([
+            ("time-dependent `invoke()`, threads", "langchain", lambda m: in_threads(
+                lambda: str(m.invoke(NOW).content))),
+            ("time-dependent `ainvoke()`, tasks", "langchain", lambda m: in_tasks(
+                lambda: _content(m.ainvoke(NOW)))),
+            ("`stream()`, threads", "langchain", lambda m: in_threads(
+                lambda: "".join(str(c.content) for c in m.stream(PERU)))),
+            ("time-dependent `astream()`, tasks", "langchain", lambda m: in_tasks(
+                lambda: astreamed(m, NOW))),
+            ("time-dependent `complete()`, threads", "llama_index", lambda m: in_threads(
+                lambda: m.complete(NOW).text)),
+            ("`stream_complete()`, threads", "llama_index", lambda m: in_threads(
+                lambda: list(m.stream_complete(PERU))[-1].text)),
+        ]):  # fmt: skip
+            cache = Cache(path=Path(tmp) / f"c{i}.sqlite3", semantic=False, faq=False)
+            if framework == "langchain":
+                inner: Any = SlowChat()
+                model: Any = CachedChatModel(inner=inner, tricache=cache, coalesce_timeout=30)
+                question = NOW if "time" in scenario else PERU
+                want = str(inner.respond([_human(question)]).content)
+            else:
+                inner = SlowLlama()
+                model = TriCacheLLM(inner, cache=cache, coalesce_timeout=30)
+                want = inner.respond_text(NOW if "time" in scenario else PERU)
+            results = run(model)
+            calls = getattr(inner, "streams", 0) + inner.calls
+            cache.close()
+            rows.append({"scenario": scenario, "requests": n, "model_calls": calls,
+                         "slowest_x": round(max(t for _, t in results) / DELAY, 2),
+                         "wrong": sum(answer != want for answer, _ in results)})  # fmt: skip
+    return rows
+
+
+async def _content(reply: Any) -> str:
+    return str((await reply).content)
+
+
+def _human(text: str) -> Any:
+    from langchain_core.messages import HumanMessage
+
+    return HumanMessage(text)
+
+
 # freshness: faults that once made invalidated answers servable -----------------------------
 _FRESH_QS = [f"what does section {i} of the handbook say?" for i in range(40)]
 
@@ -776,6 +863,7 @@ def main() -> None:
                 event_loops(int(2000 * scale)),
                 cancellation_storm(),
             ],
+            "coalescing": coalescing(),
             "first_lookup": first_lookup(work),
             "fork": fork_after_use(work),
             "last_round": fault_round.run(work / "round", quick=args.quick),
@@ -876,6 +964,21 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         lines.append(
             f"| {row['scenario']}{note} | {threads} | {asyn} | {row.get('loop_stall_ms', '—')} |"
         )
+    lines += [
+        "",
+        "## Identical requests at once (coalescing)",
+        "",
+        "Each row: that many identical requests at the same instant through one wrapped model"
+        " (0.3 s to answer; a stream: 4 pieces over 0.3 s); what they cost the model, the"
+        " slowest caller's wait in model latencies, and the answers that are not the model's.",
+        "",
+        "| requests | what was done | model calls | slowest caller (× the model's latency) |"
+        " wrong answers |",
+        "|---|---|---|---|---|",
+    ]
+    for row in report["coalescing"]:
+        lines.append(f"| {row['requests']} | {row['scenario']} | {row['model_calls']} |"
+                     f" {row['slowest_x']} | {row['wrong']} |")  # fmt: skip
     first, fork = report["first_lookup"], report["fork"]
     lines += [
         "",

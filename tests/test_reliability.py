@@ -223,6 +223,8 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert all(row["lookups"] > 0 for row in fresh[:-1])
     assert "never" not in " ".join(row["fault"] for row in fresh)  # each fault happened
     assert fresh[-1]["points_lost"] == 0 and fresh[-1]["points"] == 4
+    coalesced = report["coalescing"]  # issue #38 items 14-15: one call for identical requests
+    assert len(coalesced) == 6 and all(r["model_calls"] == 1 and r["wrong"] == 0 for r in coalesced)
     last = report["last_round"]  # issue #32's faults, measured
     assert len(last) == 12
     assert all(row["wrong"] == 0 and row["lost"] == 0 for row in last), last
