@@ -564,10 +564,11 @@ class Cache:
 
     def add_faq(self, entries: Iterable[FaqEntry | dict[str, Any] | tuple[str, str]]) -> int:
         """Add curated entries to the FAQ: ``FaqEntry`` objects, dicts (question, answer[,
-        paraphrases, tags, lang]) or ``(question, answer)`` tuples.  Returns how many.  The FAQ
-        is versioned on its own: cached LLM answers stay (``bump_kb_version()`` retires them
-        when the knowledge behind them changed).  A bad entry is a ``ValueError`` or
-        ``TypeError`` naming it, and nothing is added."""
+        paraphrases, tags, lang]) or ``(question, answer)`` tuples, each replacing the entry
+        with its question.  Returns how many.  The FAQ is versioned on its own: cached LLM
+        answers stay (``bump_kb_version()`` retires them when the knowledge behind them
+        changed).  A bad entry, or a question given twice, is a ``ValueError`` or ``TypeError``
+        naming it, and nothing is added.  Lookups never wait for it (docs/faq.md)."""
         from .faq.store import as_entry
 
         if isinstance(entries, dict | str) or hasattr(entries, "answer"):

@@ -36,7 +36,7 @@ from langchain_core.globals import set_llm_cache
 from langchain_tricache import TriCache, tenant
 from tricache import Cache
 from tricache.faq.store import FaqEntry, FaqStore
-from tricache.key.forms import folded, literals, same_question, unify
+from tricache.key.forms import folded, form_key, literals, same_question, unify
 from tricache.semantic.embed import get_embedder
 from tricache.semantic.guards.cacheable import is_cacheable
 from tricache.tools.evaluate import Pair, read_pairs
@@ -233,8 +233,10 @@ def test_through_langchain_every_answer_is_the_models(tmp_path: Path) -> None:
 @pytest.mark.slow  # the probe files, whole, through the FAQ
 def test_the_faq_serves_form_variants_and_refuses_look_alikes(tmp_path: Path) -> None:
     faq = FaqStore(tmp_path / "faq.sqlite3", embedder=get_embedder("use-m"))
-    questions = list(dict.fromkeys(p.q1 for p in [*SAME, *OTHER]))
-    faq.add(FaqEntry(q, f"curated {n}") for n, q in enumerate(questions))
+    questions: dict[str, str] = {}  # one question in a form once (a FAQ refuses it twice)
+    for pair in [*SAME, *OTHER]:
+        questions.setdefault(form_key(pair.q1), pair.q1)
+    faq.add(FaqEntry(q, f"curated {n}") for n, q in enumerate(questions.values()))
     for pair in SAME:
         match = faq.answer(pair.q2)
         assert match is None or same_question(match.question, pair.q2), pair

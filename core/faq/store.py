@@ -15,9 +15,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import reprlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, any_substitution, ch
 from ..settings import DEFAULT_FAQ
 from ..stores.sqlite import transaction
 
-__all__ = ["FAQ_GUARDS", "FaqEntry", "FaqMatch", "FaqStore"]
+__all__ = ["FAQ_GUARDS", "FaqChanges", "FaqEntry", "FaqMatch", "FaqStore"]
 
 FAQ_GUARDS: tuple[Guard, ...] = DEFAULT_GUARDS
 
@@ -56,6 +58,7 @@ CREATE TABLE IF NOT EXISTS faq_forms (
     id INTEGER PRIMARY KEY, faq_id INTEGER NOT NULL REFERENCES faq(id) ON DELETE CASCADE,
     text TEXT NOT NULL, vector BLOB, form TEXT
 );
+CREATE INDEX IF NOT EXISTS faq_forms_entry ON faq_forms(faq_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS faq_fts USING fts5(
     text, content='faq_forms', content_rowid='id', tokenize='trigram'
 );
@@ -98,6 +101,18 @@ class FaqMatch(NamedTuple):
     score: float  # cosine similarity (or 1.0 for an exact form match without an embedder)
 
 
+class FaqChanges(NamedTuple):
+    """What an import did with its entries."""
+
+    added: int  # a question new to the FAQ
+    replaced: int  # the question's entry held another answer, paraphrases, tags or language
+    unchanged: int  # held as given
+
+
+WRITE_BATCH = 50  # entries a write transaction: the FAQ's write lock is held for milliseconds
+EMBED_BATCH = 32  # texts an embedder call, so a lookup's own embedding never waits long
+
+
 class FaqStore:
     """Curated question/answer pairs of one namespace in one SQLite file."""
 
@@ -120,45 +135,130 @@ class FaqStore:
         self.guards = tuple(guards)
         self._strict_guards = (*self.guards, any_substitution)  # under STRICT_BELOW
         self.candidates = candidates
+        # writes go through one connection (under ``_lock``, in short transactions), reads
+        # through another (under ``_reads``): a lookup never waits on an import (WAL)
         self._lock = threading.Lock()
-        hold_across_fork(self, "_lock")
+        self._reads = threading.Lock()
+        hold_across_fork(self, "_lock", "_reads")
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         self._add_form_keys()
+        self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._matrix: tuple[np.ndarray, list[int]] | None = None  # vectors, form ids
         self._loaded_version = -1  # the FAQ version self._matrix was read at
 
     # writing -------------------------------------------------------------------------------
     def add(self, entries: Iterable[FaqEntry]) -> int:
-        """Insert entries (each with its paraphrases); returns how many.  Raises ``ValueError``
-        naming the entries with an empty question or answer, and adds none of them."""
-        entries = list(entries)
-        _check_entries(entries)
-        count = 0
-        with self._changing():
-            for entry in entries:
-                faq_id = self._new_id()
-                self._db.execute(
-                    "INSERT INTO faq (id, namespace, question, answer, tags, lang)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (faq_id, self.namespace, entry.question, entry.answer,
-                     json.dumps(list(entry.tags)), entry.lang),
-                )  # fmt: skip
-                forms = list(dict.fromkeys([entry.question, *entry.paraphrases]))
-                vectors = self._vectors(forms)
-                for i, form in enumerate(forms):
-                    blob = vectors[i].tobytes() if vectors is not None else None
-                    self._db.execute(
-                        "INSERT INTO faq_forms (id, faq_id, text, vector, form)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (self._new_id(), faq_id, form, blob, form_key(form)),
-                    )
-                count += 1
-            if count:
-                self._bump_version()
-        return count
+        """Add entries as ``put`` does; returns how many were given."""
+        return sum(self.put(entries))
+
+    def put(self, entries: Iterable[FaqEntry]) -> FaqChanges:
+        """Add entries, each replacing this namespace's entries with its question (the same
+        question as a lookup sees it, ``forms.same_question``); one held exactly as given is
+        left alone (its id and rejections kept).  Raises ``ValueError`` naming the entries with
+        an empty question or answer, or a question given twice, and adds none of them.
+
+        The entries are embedded first, outside any lock or transaction, then written in
+        transactions of ``WRITE_BATCH`` entries: a lookup (in this process or another) never
+        waits on an import.  A process stopped during one leaves the batches it wrote; importing
+        the same entries again completes it."""
+        given = list(entries)
+        _check_entries(given)
+        items = [_normalized(entry) for entry in given]
+        fresh = [e for e in items if not self._holds(e)]  # (what an import changes: embedded)
+        vectors = dict(zip(map(id, fresh), self._entry_vectors(fresh), strict=True))
+        added = replaced = 0
+        pause = 0.0
+        for start in range(0, len(items), WRITE_BATCH):
+            time.sleep(pause)  # a writer waiting (a feedback, another process) gets its turn
+            began = time.monotonic()
+            with self._changing():
+                changed = 0
+                for entry in items[start : start + WRITE_BATCH]:
+                    held = self._same_entries(self._db, entry.question)
+                    if [e for _, e in held] == [entry]:
+                        continue
+                    if held:
+                        self._remove([faq_id for faq_id, _ in held])
+                    if id(entry) not in vectors:  # changed since it was read: embedded here
+                        vectors[id(entry)] = self._entry_vectors([entry])[0]
+                    self._insert(entry, vectors[id(entry)])
+                    replaced += bool(held)
+                    added += not held
+                    changed += 1
+                if changed:
+                    self._bump_version()
+            pause = min(time.monotonic() - began, 0.1)  # (the lock held half the time at most)
+        return FaqChanges(added, replaced, len(items) - added - replaced)
+
+    def _holds(self, entry: FaqEntry) -> bool:
+        """Whether this namespace holds ``entry`` as given, and no other with its question."""
+        with self._reads:
+            return [e for _, e in self._same_entries(self._reader, entry.question)] == [entry]
+
+    def _same_entries(self, db: sqlite3.Connection, question: str) -> list[tuple[int, FaqEntry]]:
+        """This namespace's entries whose question is ``question`` in another form (the
+        caller holds the lock of ``db``)."""
+        rows = db.execute(
+            "SELECT q.id, q.question, q.answer, q.tags, q.lang FROM faq_forms f"
+            " JOIN faq q ON q.id = f.faq_id"
+            " WHERE f.form = ? AND q.namespace = ? AND f.text = q.question ORDER BY q.id",
+            (form_key(question), self.namespace),
+        ).fetchall()
+        out = []
+        for faq_id, text, answer, tags, lang in rows:
+            if same_question(text, question):
+                forms = db.execute(
+                    "SELECT text FROM faq_forms WHERE faq_id = ? ORDER BY id", (faq_id,)
+                ).fetchall()
+                out.append((faq_id, _stored(text, answer, [f for (f,) in forms], tags, lang)))
+        return out
+
+    def _insert(self, entry: FaqEntry, vectors: np.ndarray | None) -> None:
+        faq_id = self._new_id()
+        self._db.execute(
+            "INSERT INTO faq (id, namespace, question, answer, tags, lang)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (faq_id, self.namespace, entry.question, entry.answer,
+             json.dumps(list(entry.tags)), entry.lang),
+        )  # fmt: skip
+        for i, form in enumerate((entry.question, *entry.paraphrases)):
+            blob = vectors[i].tobytes() if vectors is not None else None
+            self._db.execute(
+                "INSERT INTO faq_forms (id, faq_id, text, vector, form) VALUES (?, ?, ?, ?, ?)",
+                (self._new_id(), faq_id, form, blob, form_key(form)),
+            )
+
+    def _remove(self, ids: list[int]) -> int:
+        """Delete entries of this namespace by id, with their forms and rejections."""
+        marks = ",".join("?" * len(ids)) or "NULL"
+        where = f"namespace = ? AND id IN ({marks})"
+        gone = self._db.execute(f"DELETE FROM faq WHERE {where}", (self.namespace, *ids))
+        self._db.execute(f"DELETE FROM faq_forms WHERE faq_id IN ({marks})", ids)
+        self._db.execute(
+            f"DELETE FROM faq_rejections WHERE namespace = ? AND faq_id IN ({marks})",
+            (self.namespace, *ids),
+        )
+        return int(gone.rowcount)
+
+    def _entry_vectors(self, entries: list[FaqEntry]) -> list[np.ndarray | None]:
+        """The vectors of each entry's forms (question first), embedded ``EMBED_BATCH`` texts
+        a call: a lookup's own embedding waits for one such call at most."""
+        if self.embedder is None:
+            return [None] * len(entries)
+        texts = [form for entry in entries for form in (entry.question, *entry.paraphrases)]
+        chunks = [self._vectors(texts[i : i + EMBED_BATCH])
+                  for i in range(0, len(texts), EMBED_BATCH)]  # fmt: skip
+        matrix = np.vstack(chunks) if chunks else np.zeros((0, 1), np.float32)
+        out: list[np.ndarray | None] = []
+        at = 0
+        for entry in entries:
+            n = 1 + len(entry.paraphrases)
+            out.append(matrix[at : at + n])
+            at += n
+        return out
 
     @contextmanager
     def _changing(self) -> Iterator[None]:
@@ -193,49 +293,37 @@ class FaqStore:
 
     def version(self) -> int:
         """Changes made to this namespace's FAQ, by any process."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT value FROM faq_state WHERE name = ?", (f"version:{self.namespace}",)
-            ).fetchone()
-        return int(row[0]) if row else 0
+        rows = self._read(
+            "SELECT value FROM faq_state WHERE name = ?", (f"version:{self.namespace}",)
+        )
+        return int(rows[0][0]) if rows else 0
 
     def entries(self) -> list[tuple[int, FaqEntry]]:
         """Every entry of this namespace, with its id, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._reads:
+            rows = self._reader.execute(
                 "SELECT id, question, answer, tags, lang FROM faq WHERE namespace = ? ORDER BY id",
                 (self.namespace,),
             ).fetchall()
-            forms = self._db.execute(
+            forms = self._reader.execute(
                 "SELECT faq_id, text FROM faq_forms WHERE faq_id IN"
                 " (SELECT id FROM faq WHERE namespace = ?) ORDER BY id",
                 (self.namespace,),
             ).fetchall()
-        paraphrases: dict[int, list[str]] = {}
+        texts: dict[int, list[str]] = {}
         for faq_id, text in forms:
-            paraphrases.setdefault(faq_id, []).append(text)
-        out = []
-        for faq_id, question, answer, tags, lang in rows:
-            others = tuple(t for t in paraphrases.get(faq_id, ()) if t != question)
-            out.append((faq_id, FaqEntry(question, answer, others, tuple(json.loads(tags or "[]")),
-                                         lang)))  # fmt: skip
-        return out
+            texts.setdefault(faq_id, []).append(text)
+        return [(faq_id, _stored(question, answer, texts.get(faq_id, []), tags, lang))
+                for faq_id, question, answer, tags, lang in rows]  # fmt: skip
 
     def delete(self, faq_ids: Iterable[int]) -> int:
         """Delete entries by id (their forms and rejections with them); returns how many."""
         ids = [int(i) for i in faq_ids]
         with self._changing():
-            marks = ",".join("?" * len(ids)) or "NULL"
-            where = f"namespace = ? AND id IN ({marks})"
-            gone = self._db.execute(f"DELETE FROM faq WHERE {where}", (self.namespace, *ids))
-            self._db.execute(f"DELETE FROM faq_forms WHERE faq_id IN ({marks})", ids)
-            self._db.execute(
-                f"DELETE FROM faq_rejections WHERE namespace = ? AND faq_id IN ({marks})",
-                (self.namespace, *ids),
-            )
-            if gone.rowcount:
+            gone = self._remove(ids)
+            if gone:
                 self._bump_version()
-        return int(gone.rowcount)
+        return gone
 
     def import_file(self, path: str | Path) -> int:
         """Import CSV or JSONL with question, answer and optional paraphrases, tags, lang."""
@@ -258,19 +346,19 @@ class FaqStore:
             )
 
     def _rejected(self, faq_id: int, question: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT 1 FROM faq_rejections WHERE namespace = ? AND faq_id = ? AND question = ?",
-                (self.namespace, faq_id, question_key(question)),
-            ).fetchone()
-        return row is not None
+        return bool(self._read(
+            "SELECT 1 FROM faq_rejections WHERE namespace = ? AND faq_id = ? AND question = ?",
+            (self.namespace, faq_id, question_key(question)),
+        ))  # fmt: skip
 
     def count(self) -> int:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT count(*) FROM faq WHERE namespace = ?", (self.namespace,)
-            ).fetchone()
-        return int(row[0])
+        rows = self._read("SELECT count(*) FROM faq WHERE namespace = ?", (self.namespace,))
+        return int(rows[0][0])
+
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """The rows of one query, read on the reader connection (never behind a write)."""
+        with self._reads:
+            return self._reader.execute(sql, params).fetchall()
 
     # reading -------------------------------------------------------------------------------
     def search(self, query: str, limit: int = 5) -> list[FaqMatch]:
@@ -330,44 +418,41 @@ class FaqStore:
 
     def entry(self, faq_id: int) -> FaqMatch | None:
         """Entry ``faq_id`` of this namespace (its question matched, score 1.0)."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT id, question, answer FROM faq WHERE id = ? AND namespace = ?",
-                (faq_id, self.namespace),
-            ).fetchone()
-        return FaqMatch(row[0], row[1], row[2], row[1], 1.0) if row else None
+        rows = self._read(
+            "SELECT id, question, answer FROM faq WHERE id = ? AND namespace = ?",
+            (faq_id, self.namespace),
+        )
+        return FaqMatch(rows[0][0], rows[0][1], rows[0][2], rows[0][1], 1.0) if rows else None
 
     # internals -----------------------------------------------------------------------------
     def _same_questions(self, query: str) -> list[FaqMatch]:
-        """Curated forms that ``query`` asks in another form (``forms.same_question``)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT q.id, q.question, q.answer, f.text FROM faq_forms f"
-                " JOIN faq q ON q.id = f.faq_id WHERE f.form = ? AND q.namespace = ?"
-                " ORDER BY f.id LIMIT 16",
-                (form_key(query), self.namespace),
-            ).fetchall()
+        """Curated forms that ``query`` asks in another form (``forms.same_question``): a
+        curated question before a paraphrase, the newest entry first (the last import wins)."""
+        rows = self._read(
+            "SELECT q.id, q.question, q.answer, f.text FROM faq_forms f"
+            " JOIN faq q ON q.id = f.faq_id WHERE f.form = ? AND q.namespace = ?"
+            " ORDER BY f.text = q.question DESC, q.id DESC LIMIT 16",
+            (form_key(query), self.namespace),
+        )
         return [
             FaqMatch(faq_id, question, answer, text, 1.0)
             for faq_id, question, answer, text in rows
             if same_question(text, query)
         ]
 
-    def _vectors(self, texts: list[str]) -> np.ndarray | None:
-        if self.embedder is None:
-            return None
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        assert self.embedder is not None
         return np.asarray(self.embedder.embed([_embeddable(t) for t in texts]), dtype=np.float32)
 
     def _vector_matrix(self) -> tuple[np.ndarray, list[int]]:
         version = self.version()  # another process may have changed the FAQ
         if self._matrix is None or version != self._loaded_version:
             self._loaded_version = version
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT f.id, f.vector FROM faq_forms f JOIN faq q ON q.id = f.faq_id"
-                    " WHERE q.namespace = ? AND f.vector IS NOT NULL",
-                    (self.namespace,),
-                ).fetchall()
+            rows = self._read(
+                "SELECT f.id, f.vector FROM faq_forms f JOIN faq q ON q.id = f.faq_id"
+                " WHERE q.namespace = ? AND f.vector IS NOT NULL",
+                (self.namespace,),
+            )
             ids = [r[0] for r in rows]
             matrix = (
                 np.vstack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
@@ -381,44 +466,39 @@ class FaqStore:
         terms = _fts_terms(query)
         if not terms:
             return []
-        with self._lock:
-            try:
-                rows = self._db.execute(
-                    "SELECT f.id FROM faq_fts JOIN faq_forms f ON f.id = faq_fts.rowid"
-                    " JOIN faq q ON q.id = f.faq_id WHERE faq_fts MATCH ? AND q.namespace = ?"
-                    " ORDER BY bm25(faq_fts) LIMIT ?",
-                    (terms, self.namespace, limit),
-                ).fetchall()
-            except sqlite3.OperationalError:  # a query FTS5 cannot parse: no text candidates
-                return []
+        try:
+            rows = self._read(
+                "SELECT f.id FROM faq_fts JOIN faq_forms f ON f.id = faq_fts.rowid"
+                " JOIN faq q ON q.id = f.faq_id WHERE faq_fts MATCH ? AND q.namespace = ?"
+                " ORDER BY bm25(faq_fts) LIMIT ?",
+                (terms, self.namespace, limit),
+            )
+        except sqlite3.OperationalError:  # a query FTS5 cannot parse: no text candidates
+            return []
         return [r[0] for r in rows]
 
     def _form_similarity(self, form_id: int, vector: np.ndarray) -> float:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT vector FROM faq_forms WHERE id = ?", (form_id,)
-            ).fetchone()
-        if row is None or row[0] is None:
+        rows = self._read("SELECT vector FROM faq_forms WHERE id = ?", (form_id,))
+        if not rows or rows[0][0] is None:
             return 0.0
-        return float(np.frombuffer(row[0], dtype=np.float32) @ vector)
+        return float(np.frombuffer(rows[0][0], dtype=np.float32) @ vector)
 
     def _form_text(self, form_id: int) -> str:
-        with self._lock:
-            row = self._db.execute("SELECT text FROM faq_forms WHERE id = ?", (form_id,)).fetchone()
-        return str(row[0]) if row else ""
+        rows = self._read("SELECT text FROM faq_forms WHERE id = ?", (form_id,))
+        return str(rows[0][0]) if rows else ""
 
     def _match(self, form_id: int, score: float) -> FaqMatch | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT q.id, q.question, q.answer, f.text FROM faq_forms f"
-                " JOIN faq q ON q.id = f.faq_id WHERE f.id = ?",
-                (form_id,),
-            ).fetchone()
-        return FaqMatch(row[0], row[1], row[2], row[3], score) if row else None
+        rows = self._read(
+            "SELECT q.id, q.question, q.answer, f.text FROM faq_forms f"
+            " JOIN faq q ON q.id = f.faq_id WHERE f.id = ?",
+            (form_id,),
+        )
+        return FaqMatch(rows[0][0], rows[0][1], rows[0][2], rows[0][3], score) if rows else None
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._reads:
             self._db.close()
+            self._reader.close()
 
 
 def question_key(question: str) -> str:
@@ -458,8 +538,9 @@ def as_entry(item: object, where: str = "entry") -> FaqEntry:
 
 
 def write_entries(entries: Iterable[FaqEntry], path: str | Path) -> int:
-    """Write entries as CSV (header row; paraphrases and tags joined with '|') or, for a
-    ``.jsonl`` file, one object a line: what ``read_entries`` reads back."""
+    """Write entries as CSV (header row; paraphrases and tags joined with '|', a '|' or a
+    backslash inside one escaped with a backslash) or, for a ``.jsonl`` file, one object a
+    line: what ``read_entries`` reads back, exactly."""
     path = Path(path)
     entries = list(entries)
     with path.open("w", encoding="utf-8", newline="") as f:
@@ -472,20 +553,59 @@ def write_entries(entries: Iterable[FaqEntry], path: str | Path) -> int:
             writer = csv.writer(f)
             writer.writerow(["question", "answer", "paraphrases", "tags", "lang"])
             for e in entries:
-                writer.writerow([e.question, e.answer, "|".join(e.paraphrases), "|".join(e.tags),
+                writer.writerow([e.question, e.answer, _joined(e.paraphrases), _joined(e.tags),
                                  e.lang or ""])  # fmt: skip
     return len(entries)
 
 
 def _check_entries(entries: Sequence[FaqEntry]) -> None:
-    """Refuse entries with an empty question or answer: name them (``entries[i]``)."""
+    """Refuse entries with an empty question or answer, or a question given twice: name them
+    (``entries[i]``)."""
     faults = [
         f"entries[{i}] ({reprlib.repr(entry.question)}): {fault}"
         for i, entry in enumerate(entries)
         if (fault := _entry_fault(entry.question, entry.answer))
     ]
+    if not faults:
+        repeats = _repeats([entry.question for entry in entries])
+        faults = [f"entries[{i}] ({reprlib.repr(entries[i].question)}): the question of"
+                  f" entries[{first}] again" for i, first in repeats]  # fmt: skip
     if faults:
         raise ValueError(_faults("FAQ entries", faults, "nothing was added"))
+
+
+def _repeats(questions: Sequence[str]) -> list[tuple[int, int]]:
+    """``(i, first)`` for each question that asks the one at ``first`` again, in another form
+    or not (``forms.same_question``): one question may have one answer only."""
+    seen: dict[str, list[int]] = {}
+    out = []
+    for i, question in enumerate(questions):
+        group = seen.setdefault(form_key(question), [])
+        first = next((j for j in group if same_question(questions[j], question)), None)
+        if first is not None:
+            out.append((i, first))
+        group.append(i)
+    return out
+
+
+def _normalized(entry: FaqEntry) -> FaqEntry:
+    """``entry`` as the FAQ holds it: paraphrases and tags stripped, each once (no empty one,
+    no paraphrase that is the question itself), no empty language."""
+    return FaqEntry(entry.question, entry.answer,
+                    _distinct(entry.paraphrases, entry.question), _distinct(entry.tags),
+                    entry.lang or None)  # fmt: skip
+
+
+def _distinct(texts: Iterable[object], but: str | None = None) -> tuple[str, ...]:
+    stripped = (str(text).strip() for text in texts)
+    return tuple(dict.fromkeys(t for t in stripped if t and t != but))
+
+
+def _stored(question: str, answer: str, forms: list[str], tags: str | None,
+            lang: str | None) -> FaqEntry:  # fmt: skip
+    """An entry from its row and the texts of its forms (oldest first)."""
+    return FaqEntry(question, answer, tuple(f for f in forms if f != question),
+                    tuple(json.loads(tags or "[]")), lang)  # fmt: skip
 
 
 def _entry_fault(question: object, answer: object) -> str | None:
@@ -534,10 +654,14 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
                 raise ValueError(f"{path}: line {n}: not JSON ({exc.msg})") from None
     else:
         reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
-        try:
-            rows = [(reader.line_num, row) for row in reader]
-        except csv.Error as exc:
-            raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+        with _CSV_LIMIT:  # (a field as long as the file: a long answer is no error)
+            limit = csv.field_size_limit(max(len(text), csv.field_size_limit()))
+            try:
+                rows = [(reader.line_num, row) for row in reader]
+            except csv.Error as exc:
+                raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+            finally:
+                csv.field_size_limit(limit)
         names = {(name or "").strip().lower() for name in reader.fieldnames or ()}
         if reader.fieldnames and not {"question", "answer"} <= names:
             first = ", ".join(reader.fieldnames)
@@ -563,6 +687,11 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
             FaqEntry(str(question), str(answer), _list(row.get("paraphrases")),
                      _list(row.get("tags")), row.get("lang") or None)
         )  # fmt: skip
+    if not faults:
+        lines = [n for n, _ in rows]  # (each row made an entry)
+        faults = [f"line {lines[i]}: the question of line {lines[first]} again (one question,"
+                  " one answer: keep one of the rows)"
+                  for i, first in _repeats([e.question for e in entries])]  # fmt: skip
     if faults:
         raise ValueError(_faults(str(path), faults, "nothing was imported"))
     return entries
@@ -571,9 +700,29 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
 _COLUMNS = frozenset({"question", "answer", "answers", "paraphrases", "tags", "lang"})
 
 
+_CSV_LIMIT = threading.Lock()  # csv.field_size_limit is the process's: raised, then restored
+_PIECE = re.compile(r"\\[\\|]|\||[^\\|]+|\\")  # an escape, a separator, text, a backslash
+
+
 def _list(value: Any) -> tuple[str, ...]:
+    """Paraphrases or tags: a list, or a text of them separated by '|' ('\\|' is a '|' inside
+    one, '\\\\' a backslash; any other backslash is itself)."""
     if not value:
         return ()
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split("|") if v.strip())
-    return tuple(str(v) for v in value)
+    if not isinstance(value, str):
+        return tuple(str(v) for v in value)
+    pieces: list[str] = []
+    current: list[str] = []
+    for token in _PIECE.findall(value):
+        if token == "|":
+            pieces.append("".join(current))
+            current = []
+        else:
+            current.append(token[-1] if len(token) == 2 and token[0] == "\\" else token)
+    pieces.append("".join(current))
+    return tuple(p.strip() for p in pieces if p.strip())
+
+
+def _joined(texts: Iterable[str]) -> str:
+    """What ``_list`` reads back as ``texts``."""
+    return "|".join(t.replace("\\", "\\\\").replace("|", "\\|") for t in texts)

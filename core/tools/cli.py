@@ -480,16 +480,23 @@ def faq_import(
     namespace: Namespace = "default",
 ) -> None:
     """Import question/answer pairs: CSV with a header row (question,answer[,paraphrases,tags,
-    lang]; paraphrases separated by '|') or JSONL (one object a line).  Cached LLM answers are
-    kept (`tricache bump-kb` retires them)."""
+    lang]; paraphrases separated by '|') or JSONL (one object a line).  An entry replaces the
+    one with its question; a question twice in FILE is refused.  Cached LLM answers are kept
+    (`tricache bump-kb` retires them)."""
     from ..faq.store import read_entries
 
     entries = read_entries(file)
     if not entries:
         _fail("no entries to import; nothing changed", file)
     with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
-        count = cache.add_faq(entries)
-        console.print(f"imported {count} entries (cached LLM answers kept: tricache bump-kb)")
+        store = cache.tiers.open_faq(create=True)
+        assert store is not None  # (the CLI's caches have the FAQ on)
+        done = store.put(entries)
+        console.print(
+            f"imported {len(entries)} entries: {done.added} added, {done.replaced} replaced (the"
+            f" same question), {done.unchanged} unchanged; cached LLM answers kept (tricache"
+            " bump-kb)"
+        )
 
 
 @faq_app.command("list")
