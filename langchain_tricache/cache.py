@@ -26,7 +26,7 @@ from .convert import (
     parse_prompt,
     shapes_answer,
 )
-from .run_options import run_options
+from .run_options import install, run_options
 
 __all__ = ["TriCache", "current_tenant", "tenant"]
 
@@ -65,6 +65,7 @@ class TriCache(CacheVerbs, BaseCache):
         self.tricache = cache if cache is not None else Cache(**options)
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
         self.tag_hits = tag_hits
+        install()  # the per-call options of every run reach lookup and update (run_options.py)
 
     @property
     def core(self) -> Cache:

@@ -68,7 +68,7 @@ from .convert import (
     shapes_answer,
     usage_tokens,
 )
-from .run_options import run_options
+from .run_options import install, run_options
 
 __all__ = ["CachedChatModel"]
 
@@ -95,6 +95,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
 
     def model_post_init(self, __context: Any) -> None:
         self._coalescer = self.tricache.coalescer(timeout=self.coalesce_timeout)
+        install()  # the run's options, when LangChain calls this model's cache (run_options.py)
 
     @property
     def _llm_type(self) -> str:
@@ -256,7 +257,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
 
     # the cache -----------------------------------------------------------------------------
     def _request(
-        self, messages: Sequence[BaseMessage], call: dict[str, Any], run_manager: Any
+        self, messages: Sequence[BaseMessage], call: dict[str, Any], run_manager: Any = None
     ) -> tuple[CacheRequest | None, dict[str, Any]]:
         """The request for ``messages`` sent with ``call``, and what may answer it (look-alikes,
         curated answers) and for how long (the run's ``tricache_ttl``); ``None`` when the

@@ -25,13 +25,10 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models import llms
-from langchain_core.runnables.config import var_child_runnable_config
-from langchain_core.tracers.context import register_configure_hook
 
 from tricache.key.options import options_from
 
-__all__ = ["RunOptions", "run_options"]
+__all__ = ["RunOptions", "install", "run_options"]
 
 # (run id, its metadata) of the model run under way in this context
 _running: ContextVar[tuple[UUID, dict[str, Any]] | None] = ContextVar(
@@ -76,7 +73,25 @@ _handler: ContextVar[RunOptions | None] = ContextVar(
     "tricache_run_options",
     default=RunOptions(),  # noqa: B039
 )
-register_configure_hook(_handler, True)
+_GENERATE: set[Any] = set()  # BaseLLM's entry points and the helpers that call the cache from
+_LOOKUP: set[Any] = set()  # them, by their code objects (filled by ``install``)
+_UPDATE: set[Any] = set()
+_DEPTH = 12  # frames from the cache's method up to BaseLLM.generate, with room to spare
+
+
+def install() -> None:
+    """Add ``RunOptions`` to every LangChain run of this process (once; by the cache and the
+    wrapper when they are made, not when imported: LangChain's tracers load langsmith, as
+    the first model call does anyway)."""
+    if _GENERATE:
+        return
+    from langchain_core.language_models import llms
+    from langchain_core.tracers.context import register_configure_hook
+
+    register_configure_hook(_handler, True)
+    _LOOKUP.update({llms.get_prompts.__code__, llms.aget_prompts.__code__})
+    _UPDATE.update({llms.update_cache.__code__, llms.aupdate_cache.__code__})
+    _GENERATE.update({llms.BaseLLM.generate.__code__, llms.BaseLLM.agenerate.__code__})
 
 
 def run_options(run_manager: Any = None) -> dict[str, Any]:
@@ -93,15 +108,10 @@ def run_options(run_manager: Any = None) -> dict[str, Any]:
     held = _running.get()
     if held is not None:
         return options_from(held[1])
+    from langchain_core.runnables.config import var_child_runnable_config
+
     config = var_child_runnable_config.get() or {}
     return options_from(config.get("metadata"))
-
-
-# BaseLLM's entry points, and the helpers that call the cache from them, by their code objects
-_GENERATE = {llms.BaseLLM.generate.__code__, llms.BaseLLM.agenerate.__code__}
-_LOOKUP = {llms.get_prompts.__code__, llms.aget_prompts.__code__}
-_UPDATE = {llms.update_cache.__code__, llms.aupdate_cache.__code__}
-_DEPTH = 12  # frames from the cache's method up to BaseLLM.generate, with room to spare
 
 
 def _plain_llm_metadata(frame: FrameType | None) -> dict[str, Any] | None:
