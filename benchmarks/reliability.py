@@ -451,6 +451,63 @@ def big_prompts_with_faq(workdir: Path) -> dict[str, Any]:
             "peak_mib": round(peak / 2**20, 1), "note": "one thread, 5 prompts"}  # fmt: skip
 
 
+def faq_import(entries: int, workdir: Path, by: str) -> dict[str, Any]:
+    """An FAQ import of ``entries`` entries, by ``add_faq`` in another thread or by ``tricache
+    faq import`` in another process, while the app asks a curated question and reports the
+    answer to others wrong: what each lookup and each ``feedback()`` took meanwhile."""
+    import subprocess
+    import threading
+
+    from tricache.faq.store import FaqEntry, write_entries
+
+    path = workdir / f"faq-import-{by}.sqlite3"
+    app = Cache(path=path, warm=True)
+    offices = [(f"Which office handles region {i}?", f"Office {i}.") for i in range(1000)]
+    app.add_faq([("How do I reset my password?", "Settings > Security."), *offices])
+    big = [
+        FaqEntry(f"How do I configure widget {i} on the dashboard?", f"Answer {i}.",
+                 (f"Where is the setting for widget {i}?",))
+        for i in range(entries)
+    ]  # fmt: skip
+    started = time.perf_counter()
+    if by == "thread":
+        thread = threading.Thread(target=app.add_faq, args=(big,))
+        thread.start()
+        busy = thread.is_alive
+    else:
+        write_entries(big, workdir / "big-faq.csv")
+        command = ["tricache", "faq", "import", str(workdir / "big-faq.csv"), "--path", str(path)]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        busy = lambda: process.poll() is None  # noqa: E731
+    waits: list[float] = []
+    errors = not_served = 0
+    for question, answer in offices:  # (each office's answer reported wrong once)
+        if not busy():
+            break
+        began = time.perf_counter()
+        try:
+            hit = app.lookup(app.request("How do I reset my password?"))
+            waits.append(time.perf_counter() - began)
+            not_served += hit is None or hit.text != "Settings > Security."
+            hit = app.lookup(app.request(question))
+            not_served += hit is None or hit.text != answer
+            began = time.perf_counter()
+            if hit is not None:
+                app.feedback(hit.entry_id, correct=False)
+                waits.append(time.perf_counter() - began)
+        except Exception:
+            errors += 1
+        time.sleep(0.02)
+    took = time.perf_counter() - started
+    app.close()
+    how = "add_faq in another thread" if by == "thread" else "tricache faq import, another process"
+    return {"scenario": f"FAQ import of {entries:,} entries ({how})",
+            "threads_16": _percentiles(waits), "import_s": round(took, 1), "errors": errors,
+            "not_served": not_served,
+            "note": f"one thread: {len(waits)} lookups and feedbacks during the {took:.1f} s"
+                    f" import; {errors} exceptions, {not_served} not served"}  # fmt: skip
+
+
 def first_lookup(workdir: Path) -> dict[str, Any]:
     """A new process on the embedded defaults: its first lookup, and the background warm-up."""
     import subprocess
@@ -864,6 +921,10 @@ def main() -> None:
                 cancellation_storm(),
             ],
             "coalescing": coalescing(),
+            "faq_import": [  # issue #38 item 13: lookups and feedback during an FAQ import
+                faq_import(int(1500 * scale), work, "thread"),
+                faq_import(int(1500 * scale), work, "process"),
+            ],
             "first_lookup": first_lookup(work),
             "fork": fork_after_use(work),
             "last_round": fault_round.run(work / "round", quick=args.quick),
@@ -950,7 +1011,7 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         "| fault | threads p50 / p99 / max (ms) | async p50 / p99 / max (ms) | loop stall (ms) |",
         "|---|---|---|---|",
     ]
-    for row in report["never_slow"]:
+    for row in [*report["never_slow"], *report["faq_import"]]:
         t, a = row.get("threads_16"), row.get("async_1000")
         asyn = f"{a['p50_ms']} / {a['p99_ms']} / {a['max_ms']}" if a else "—"
         note = f" ({row['note']})" if row.get("note") else ""

@@ -223,6 +223,9 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert all(row["lookups"] > 0 for row in fresh[:-1])
     assert "never" not in " ".join(row["fault"] for row in fresh)  # each fault happened
     assert fresh[-1]["points_lost"] == 0 and fresh[-1]["points"] == 4
+    faq = report["faq_import"]  # issue #38 item 13: an FAQ import blocks no lookup or feedback
+    assert len(faq) == 2 and all(r["errors"] == r["not_served"] == 0 for r in faq), faq
+    assert all(r["threads_16"]["max_ms"] < 1500 for r in faq), faq
     coalesced = report["coalescing"]  # issue #38 items 14-15: one call for identical requests
     assert len(coalesced) == 6 and all(r["model_calls"] == 1 and r["wrong"] == 0 for r in coalesced)
     last = report["last_round"]  # issue #32's faults, measured
