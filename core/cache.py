@@ -630,10 +630,10 @@ class Cache:
         return Entry.of(key, found) if found is not None else None
 
     def delete(self, entry_id: str) -> None:
-        """Delete one entry (its id, or a hit's ``entry_id``): its answer from the store
-        and this process's L1 (another process's L1 lets it go within ``TtlPolicy.l1``, 60 s;
-        ``invalidate(tag)`` is at once everywhere), and the question indexed for it from
-        every kind of index.  ``StoreUnavailable`` when the store did not take it."""
+        """Delete one entry (its id, or a hit's ``entry_id``): its answer from the store and
+        from the L1 of every cache of this process at once (another process's L1 lets it go
+        at its next poll or event, within ``refresh_s``), and the question indexed for it
+        from every kind of index.  ``StoreUnavailable`` when the store did not take it."""
         kind, key = self._feedback_target(entry_id)
         if kind == "faq":
             raise ValueError("a FAQ entry: Cache.delete_faq([id]) deletes it")

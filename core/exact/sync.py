@@ -1,10 +1,12 @@
 """Version sync: this process's view of a namespace's versions, kept up to date with the store.
 
 Polls ("what changed after the seq I have seen"), pub/sub events, and the changes themselves:
-``invalidate`` (a tag), ``bump_kb_version``, ``set_min_watermark`` and a cleared namespace (a
-new epoch).  A change made here reaches the other caches of this process over the same store at
-once (``_siblings``), the other processes by their next poll or event.  Whenever the epoch, the
-knowledge-base version or the floor moves, what became stale leaves L1.
+``invalidate`` (a tag), ``bump_kb_version``, ``set_min_watermark``, a cleared namespace (a
+new epoch) and entries deleted one by one (``deleted``).  A change made here reaches the other
+caches of this process over the same store at once (``_siblings``), the other processes by their
+next poll or event.  Whenever the epoch, the knowledge-base version or the floor moves, what
+became stale leaves L1; when entries were deleted elsewhere, L1 is emptied (which ones is not in
+the change log; L2 still has the rest).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..stores.memory import TTLLRU
 from .bloom import KeyFilter
 from .link import TIER, StoreLink, StoreUnavailable
 from .upkeep import Upkeep
-from .versions import KB, MIN_WATERMARK, VersionView, tag_meta
+from .versions import DELETES, KB, MIN_WATERMARK, VersionView, tag_meta
 
 __all__ = ["VersionSync"]
 
@@ -149,10 +151,20 @@ class VersionSync:
     def learn(self, state: VersionState, asked: tuple[float, float] | None = None) -> None:
         view = self.view
         before = (view.epoch, view.kb, view.min_watermark)
+        deletes = view.deletes
         if view.apply(state, asked=asked) and before[0]:
             self.link.metrics.incr(TIER, "new_epochs")
-        if (view.epoch, view.kb, view.min_watermark) != before:
+        if view.deletes != deletes and view.epoch == before[0]:
+            self._empty_l1()
+        elif (view.epoch, view.kb, view.min_watermark) != before:
             self.sweep_l1()
+
+    def _empty_l1(self) -> None:
+        """Entries were deleted (elsewhere): none of L1 is trusted; L2 has what is left."""
+        dropped = len(self._l1)
+        self._l1.clear()
+        if dropped:
+            self.link.metrics.incr(TIER, "l1_invalidated", dropped)
 
     def sweep_l1(self) -> None:
         fresh = (None, "unknown_tag")  # an unknown tag is read when the entry is next asked for
@@ -191,6 +203,8 @@ class VersionSync:
             self.learn_soon([])
         elif name in (KB, MIN_WATERMARK):
             self.sweep_l1()
+        elif name == DELETES:
+            self._empty_l1()
 
     def _publish(self, event: list[Any]) -> None:
         try:
@@ -219,6 +233,16 @@ class VersionSync:
             raise ValueError(f"watermark must be a finite time, got {watermark!r}")
         return self._change(MIN_WATERMARK, watermark)
 
+    def deleted(self, keys: list[str]) -> None:
+        """``keys`` were deleted from the store: they leave the L1 of every cache of this
+        process now, and every other process's L1 at its next poll or event (``refresh_s``).
+        Raises ``StoreUnavailable`` when the store did not take the change."""
+        for sync in self._siblings():
+            for key in keys:
+                sync._l1.pop(key)
+        if self.link.store is not None and keys:
+            self._change(DELETES, None, told=True)
+
     def new_epoch(self) -> None:
         """The namespace was cleared: a new epoch makes whatever survives (in L1s, in a store
         that missed the deletes) stale, in every process."""
@@ -234,9 +258,9 @@ class VersionSync:
             sync.poll()
         self._publish([epoch, "", 0])
 
-    def _change(self, name: str, value: float | None) -> float:
+    def _change(self, name: str, value: float | None, *, told: bool = False) -> float:
         """Raises ``StoreUnavailable`` when the store is unreachable: an invalidation must not
-        be lost silently."""
+        be lost silently.  ``told``: the caches of this process have already acted on it."""
         if self.link.store is None:
             state = VersionState(self.view.epoch, time.time(), 0, 0,
                                  {name: self.view.next_local(name, value)})  # fmt: skip
@@ -257,7 +281,10 @@ class VersionSync:
         except Exception as exc:
             raise StoreUnavailable(f"{self.link.name} did not take the change: {exc}") from exc
         for sync in self._siblings():  # other caches of this process learn it now, not at a poll
-            sync.learn(state)
+            if told and state.epoch == sync.view.epoch:  # (their L1s have had it already)
+                sync.view.apply(state)
+            else:
+                sync.learn(state)
         self._publish([state.epoch, name, state.values[name]])
         return state.values[name]
 

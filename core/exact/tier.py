@@ -210,6 +210,7 @@ class ExactTier:
         self.l1.pop(key)
         if self.store is not None:
             self._admin_call("delete", self.store.delete, [key])
+        self.sync.deleted([key])  # every cache of this process now, the others at a poll
 
     def read(self, key: str) -> CacheEntry | None:
         """The current entry stored under ``key``, for an admin verb (``Cache.entry``, the

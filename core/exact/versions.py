@@ -22,10 +22,11 @@ from ..key.entry import CacheEntry
 from ..runtime.forks import on_fork
 from ..stores.base import VersionState
 
-__all__ = ["KB", "MIN_WATERMARK", "Stamp", "VersionView", "tag_meta"]
+__all__ = ["DELETES", "KB", "MIN_WATERMARK", "Stamp", "VersionView", "tag_meta"]
 
 KB = "kb"
 MIN_WATERMARK = "min_wm"
+DELETES = "deletes"  # counts entries deleted one by one (an admin verb, feedback)
 _MAX_TAGS = 100_000  # tag versions kept; a forgotten one is read again when needed
 
 
@@ -54,6 +55,7 @@ class VersionView:
         self.seq = 0  # changes seen in this epoch
         self._kb = 0
         self._floor = 0.0
+        self._deletes = 0
         self._tags: OrderedDict[str, int] = OrderedDict()
         self._offset = 0.0  # the store's clock minus ours
         self.verified_clock = float("-inf")  # the store's clock at the last full poll
@@ -81,7 +83,7 @@ class VersionView:
                 self.verified_clock = float("-inf")
                 if not self._local:  # only a whole poll of the new epoch verifies the view
                     self._verified_at = float("-inf")
-                self._kb, self._floor = 0, 0.0
+                self._kb, self._floor, self._deletes = 0, 0.0, 0
                 self._tags.clear()
             for name, value in state.values.items():
                 self._observe(name, value)
@@ -123,6 +125,8 @@ class VersionView:
             self._kb = max(self._kb, int(value))
         elif name == MIN_WATERMARK:
             self._floor = max(self._floor, value)
+        elif name == DELETES:
+            self._deletes = max(self._deletes, int(value))
         elif name.startswith("tag:"):
             tag = name[4:]
             self._tags[tag] = max(self._tags.get(tag, 0), int(value))
@@ -138,6 +142,11 @@ class VersionView:
     @property
     def min_watermark(self) -> float:
         return self._floor
+
+    @property
+    def deletes(self) -> int:
+        """Entries of this epoch deleted one by one, as far as this view knows."""
+        return self._deletes
 
     def tag(self, tag: str) -> int:
         return self._tags.get(tag, 0)

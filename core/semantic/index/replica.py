@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 _FORMAT = 1  # of a stored point
 _SLOT_FORMAT = 2  # of a slot's state and replica (1: a qdrant-edge shard)
 _BATCH = 1000  # points per rebuild step
+# per replica directory (one store, one namespace): the replicas of this process
+_PEERS: dict[str, weakref.WeakSet[ReplicatedIndex]] = {}
 _MAX_DOOMED = 10_000  # deletions waiting for the store (the oldest are dropped past this)
 _MAX_POINT_BYTES = 64 * 1024  # a vector, a question of at most 4,096 characters, its tags
 
@@ -161,6 +163,9 @@ class ReplicatedIndex:
         self._retired: list[MatrixIndex] = []
         self._stop = threading.Event()
         self._closed = False
+        self._pid = os.getpid()  # (a forked child opens replicas of its own)
+        self._peers = _PEERS.setdefault(str(Path(base)), weakref.WeakSet())
+        self._peers.add(self)  # the replicas of this store and namespace in this process
         if store is not None:
             try:
                 self.sync()
@@ -203,10 +208,13 @@ class ReplicatedIndex:
 
     def delete(self, point_ids: Sequence[str]) -> None:
         """From the store (so from every process by its next sync; raises when it cannot),
-        then from here."""
+        then from here and from the other replicas of this process at once (a rejected
+        match is not served by another cache of the app meanwhile)."""
         if self.store is not None and point_ids:
             self.store.delete_points(self.namespace, point_ids)
-        self._local.delete(point_ids)
+        mine = [r for r in list(self._peers) if r._pid == os.getpid() and not r._closed]
+        for replica in {self, *mine} if self.store is not None else {self}:
+            replica._local.delete(point_ids)
 
     def discard(self, point_ids: Sequence[str]) -> None:
         """Out of searches at once; deleted here and from the store by the next sync.  For the
