@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.globals import set_llm_cache
 from langchain_core.prompts import ChatPromptTemplate
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 
@@ -39,14 +38,6 @@ def core(options: dict[str, Any]) -> Iterator[Cache]:
     cache = Cache(**options, semantic=False)
     yield cache
     cache.close()
-
-
-@pytest.fixture
-def global_tricache(core: Cache) -> Iterator[TriCache]:
-    cache = TriCache(cache=core)
-    set_llm_cache(cache)
-    yield cache
-    set_llm_cache(None)
 
 
 # How each documented path makes one call with a config ----------------------------------------
@@ -88,7 +79,7 @@ def _text(out: Any) -> str:
 @pytest.mark.parametrize("call", PATHS, ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("kind", ["chat", "llm"])
 def test_set_llm_cache_honours_tags_and_ttl(
-    global_tricache: TriCache, core: Cache, call: Any, kind: str
+    global_cache: TriCache, core: Cache, call: Any, kind: str
 ) -> None:
     oracle = ChatOracle() if kind == "chat" else TextOracle()
     first = call(oracle, TAGGED)
@@ -145,11 +136,11 @@ async def _collect(chunks: Any) -> str:
     return "".join([str(c.content) async for c in chunks])
 
 
-def test_a_bad_option_on_a_plain_call_is_an_error(global_tricache: TriCache) -> None:
+def test_a_bad_option_on_a_plain_call_is_an_error(global_cache: TriCache) -> None:
     for model in (
         ChatOracle(),
         TextOracle(),
-        CachedChatModel(inner=ChatOracle(), tricache=global_tricache.tricache),
+        CachedChatModel(inner=ChatOracle(), tricache=global_cache.tricache),
     ):
         with pytest.raises(ValueError, match="ttl must be a positive number"):
             model.invoke(Q, config={"metadata": {"tricache_ttl": -1}})
@@ -157,7 +148,7 @@ def test_a_bad_option_on_a_plain_call_is_an_error(global_tricache: TriCache) -> 
             model.invoke(Q, config={"metadata": {"tricache_tags": "prices"}})
 
 
-def test_options_do_not_leak_into_the_next_call(global_tricache: TriCache, core: Cache) -> None:
+def test_options_do_not_leak_into_the_next_call(global_cache: TriCache, core: Cache) -> None:
     oracle = ChatOracle()
     oracle.invoke(Q, config=TAGGED)
     oracle.invoke("What is a troy ounce?")  # no options: none from the call before
@@ -167,7 +158,7 @@ def test_options_do_not_leak_into_the_next_call(global_tricache: TriCache, core:
 
 # Item 4: a tagged request is served only what was written under its tags -----------------------
 def test_an_untagged_answer_is_not_served_to_a_tagged_request(
-    global_tricache: TriCache, core: Cache
+    global_cache: TriCache, core: Cache
 ) -> None:
     oracle = ChatOracle()
     oracle.invoke(Q)  # cached before the app tagged its calls
