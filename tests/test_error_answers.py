@@ -10,6 +10,7 @@ recovered, its real answer is what the app gets.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from tricache.key.options import MAX_TTL_S
 from tricache.runtime.steps import run
 from tricache.settings import Exact
 
-from conftest import REDIS_URL
+from conftest import REDIS_URL, SHARED_DATA
 
 pytestmark = pytest.mark.usefixtures("redis_client")
 
@@ -40,6 +41,23 @@ OUTAGES = [
     "Rate limit exceeded",
     "Error: upstream connect error or disconnect/reset before headers",
     "服务不可用，请稍后再试",
+]
+# what providers and gateways really answer with 200 OK (the blind round's texts, and more)
+PROVIDER_ERRORS = [
+    "That model is currently overloaded with other requests. You can retry your request, or "
+    "contact us through our help center if the error persists.",
+    "You exceeded your current quota, please check your plan and billing details.",
+    "The server had an error while processing your request. Sorry about that!",
+    '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
+    '{"error": {"message": "Internal error", "code": 500}}',
+    "504 Gateway Time-out",
+    "502 Bad Gateway",
+    "Too many requests, please slow down.",
+    "We're experiencing high demand. Please try again in a few minutes.",
+    "The model `gpt-x` does not exist or you do not have access to it.",
+    "当前请求量过大，请稍后重试",
+    "系统繁忙",
+    "网络异常，请检查网络后重试",
 ]
 Q = "What does our premium plan include?"
 RECOVERED = "Priority support and 1 TB of storage."
@@ -56,8 +74,37 @@ def core(options: dict[str, Any]) -> Iterator[Cache]:
 def test_the_rule_keeps_error_texts_briefly(text: str) -> None:
     assert reuse(Answer(text)) is Reuse.BRIEFLY
     assert reuse(Answer("I'm sorry, I can't help with that.")) is Reuse.SAME_REQUEST
-    explained = "A 503 status means the server is overloaded; clients retry with backoff."
-    assert reuse(Answer(explained)) is Reuse.LOOK_ALIKES  # about errors, not one
+    # answers that mention errors are answers (one that explains a gateway's error may be
+    # taken for one: it is then kept briefly, a lost hit, never a wrong one)
+    for answer in ("Python raises a KeyError when a key is missing from a dict.",
+                   "An error in the formula gives the wrong total; check the cell reference.",
+                   "公式中的错误会导致总数不对，请检查单元格引用。"):  # fmt: skip
+        assert reuse(Answer(answer)) is Reuse.LOOK_ALIKES, answer
+
+
+@pytest.mark.parametrize("text", PROVIDER_ERRORS)
+def test_provider_error_texts_are_kept_briefly_too(text: str) -> None:
+    assert reuse(Answer(text)) is Reuse.BRIEFLY
+
+
+def test_real_answers_are_not_taken_for_errors() -> None:
+    """Every short answer of the FAQ and dialogue sets (stackfaq, covid_faq, chatterbot in
+    English and Chinese, ABCD's agent turns) is kept as an answer, not briefly as an error."""
+    if not (SHARED_DATA / "stackfaq").exists():
+        pytest.skip(f"the answer sets are not found under {SHARED_DATA}")
+    answers = [a for line in _lines("stackfaq/stackfaq_kb.jsonl") for a in line["answers"]]
+    answers += [line["answer"] for line in _lines("covid_faq/covid_faq_en.jsonl")]
+    answers += [line["answer"] for line in _lines("chatterbot_corpus/chatterbot_qa_en_zh.jsonl")]
+    answers += [turn["text"] for line in _lines("abcd_sample/abcd_sample.jsonl")
+                for turn in line["turns"] if turn.get("speaker") == "agent"]  # fmt: skip
+    assert len(answers) > 1000
+    taken = [a for a in answers if reuse(Answer(a)) is Reuse.BRIEFLY]
+    assert taken == []
+
+
+def _lines(name: str) -> list[dict[str, Any]]:
+    with open(SHARED_DATA / name, encoding="utf-8") as file:
+        return [json.loads(line) for line in file if line.strip()]
 
 
 def test_the_default_keeps_them_a_minute_at_most(options: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ REFUSALS = (
 # What an error or a failed call reads like: a code or a label, or a short text that says so.
 _ERROR_LABEL = re.compile(
     r"^\W*(error|exception|fatal|failed|failure|traceback|warning)\b\s*[:\[\(#\-]"
-    r"|^\W*traceback \(most recent call last\)|^\W*(http|status)\s*\d{3}\b|^\W*\d{3}\s+[a-z ]+$"
+    r"|^\W*traceback \(most recent call last\)|^\W*(http|status)\s*\d{3}\b|^\W*\d{3}\s+[a-z -]+$"
     r"|^\W*(错误|出错|异常|失败)\s*[:：\[\(（]"
 )
 _ERROR_WORDS = re.compile(
@@ -62,6 +62,28 @@ _ERROR_WORDS = re.compile(
     r"upstream connect error|http \d{3}|(usage|content|safety) polic(y|ies))\b"
     r"|请稍后再试|请求失败|服务不可用|系统繁忙|出错了|发生错误|网络异常|系统错误|服务器错误|"
     r"网络繁忙|违反相关|违反了|敏感词|敏感内容|无法显示|内容违规"
+)
+# A short text that names a failure of the call (a condition) and the call, the service or what
+# to do about it (a context): "That model is currently overloaded with other requests", "You
+# exceeded your current quota, please check your plan", "当前请求量过大，请稍后重试".
+_FAILURE_CONDITION = re.compile(
+    r"\b(errors?|exceptions?|overloaded|unavailable|exceeded|quota|rate[ -]?limit(ed)?|"
+    r"too many requests|time-?out|timed out|gateway|(at|over) capacity|throttl(ed|ing)|busy|"
+    r"failed|failure|outage|down for maintenance|not responding|unreachable|high demand|"
+    r"(do not|don't) have access|does not exist|invalid (api )?key|unauthori[sz]ed|forbidden|"
+    r"permission denied)\b"
+    r"|错误|出错|异常|失败|不可用|超时|限流|繁忙|过大|拥挤|过载|维护中|额度|频繁"
+)
+_FAILURE_CONTEXT = re.compile(
+    r"\b(your requests?|the requests?|requests|server|service|model|api|endpoint|upstream|"
+    r"retry|try again|later|slow down|sorry|plan|billing|help center|support|status page|"
+    r"processing)\b"
+    r"|请求|服务|系统|稍后|重试|再试|网络|接口"
+)
+_FAILURE_CHARS = 240  # longer texts explain errors rather than report one
+# A provider's error body passed on as the answer: {"type": "error", "error": {...}}
+_ERROR_BODY = re.compile(
+    r'^\{.{0,200}"(type|object|code|status)"\s*:\s*"?(error|\d{3})\b|^\{\s*"error"\s*:', re.S
 )
 # Answers that hold no words at all, or say only that there is none.
 _NOTHING = frozenset({"n/a", "na", "null", "none", "nil", "undefined", "nan", "empty",
@@ -91,9 +113,13 @@ def _plain(answer: str) -> str:
 
 
 def _reports_failure(text: str) -> bool:
-    if _ERROR_LABEL.search(text):
+    if _ERROR_LABEL.search(text) or _ERROR_BODY.search(text):
         return True
-    return len(text) <= 120 and bool(_ERROR_WORDS.search(text))
+    if len(text) > _FAILURE_CHARS:
+        return False
+    if len(text) <= 120 and _ERROR_WORDS.search(text):
+        return True
+    return bool(_FAILURE_CONDITION.search(text) and _FAILURE_CONTEXT.search(text))
 
 
 class Families:
