@@ -181,6 +181,38 @@ def test_breaker_opens_backs_off_and_closes() -> None:
     assert breaker.allow()  # the count restarted after the success
 
 
+def test_breaker_lets_one_trial_through_at_a_time() -> None:
+    """After the back-off one caller probes the store; the other threads keep skipping it
+    until that trial reports (16 threads each paid a store timeout at every window)."""
+    clock = Clock()
+    breaker = CircuitBreaker(failures=3, backoff=1.0, clock=clock)
+    for _ in range(3):
+        breaker.failure()
+    clock.now += 1.01
+    assert breaker.allow()  # the trial
+    assert not breaker.allow() and not breaker.allow()  # the others, meanwhile
+    breaker.success()
+    assert breaker.allow() and breaker.allow()  # closed
+    for _ in range(3):
+        breaker.failure()
+    clock.now += 2.01
+    assert breaker.allow()
+    clock.now += 1.1  # a trial that never reported: another one after trial_s (1 s)
+    assert breaker.allow() and not breaker.allow()
+
+
+def test_breaker_counts_an_outage_once_however_many_threads_saw_it() -> None:
+    """16 calls in flight when the store stopped answering: the first failures open the
+    breaker, the rest change nothing (each doubled the back-off, 1 s became 30 s at once)."""
+    clock = Clock()
+    breaker = CircuitBreaker(failures=3, backoff=1.0, max_backoff=30.0, clock=clock)
+    for _ in range(16):
+        breaker.failure()
+    assert breaker.opened == 1 and not breaker.allow()
+    clock.now += 1.01
+    assert breaker.allow()  # after the first back-off, not the longest
+
+
 # TTL policy ---------------------------------------------------------------------------------
 def test_ttl_jitter_stays_within_twenty_percent_and_spreads() -> None:
     policy = TtlPolicy(default=100, jitter=0.2)
