@@ -279,10 +279,12 @@ class Cache:
 
     def _semantic_lookup(self, asked: Asked) -> Hit | None:
         tier = self.tiers.ready_semantic()
-        if tier is None or not self.tiers.breaker.allow():
+        if tier is None:
             return None
         if tier.index_on_store and not self.exact.link.available():
             self.metrics.incr("semantic", "skipped_store_down")  # one timeout per lookup
+            return None
+        if not self.tiers.breaker.allow():  # (last: it may hand this lookup its trial call)
             return None
         start = time.perf_counter()
         try:
@@ -293,8 +295,11 @@ class Cache:
         except Exception as exc:
             self.tiers.breaker.failure()
             if tier.index_on_store and store_error(exc):  # its server failed: counted, one
-                self.exact.link.failed("search", exc)  # warning now and then, nothing more
-            else:  # asked of it in this lookup
+                # warning now and then, nothing more asked of it in this lookup; the exact
+                # tier's breaker is its own reads' (a search failing while the index rebuilds
+                # must not switch L2 off: the semantic tier's breaker above stops searching)
+                self.exact.link.failed("search", exc, breaker=False)
+            else:
                 failed(self.metrics, "semantic lookup", exc)
             return None
         finally:

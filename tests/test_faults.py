@@ -15,7 +15,7 @@ import redis
 from tricache import Cache, Exact, Redis, Semantic
 from tricache.ops.breaker import CircuitBreaker
 
-from conftest import RedisServer
+from conftest import RedisServer, SearchServer
 
 
 def _lookups(stats: dict[str, int]) -> int:
@@ -220,3 +220,31 @@ def test_a_full_disk_drops_writes_and_keeps_serving(
             time.sleep(0.2)
         assert cache.semantic is None
     assert any("free under" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_search_never_turns_the_exact_tier_off(search_server: SearchServer) -> None:
+    """The query engine failing its searches (re-indexing after ``FT.DROPINDEX``, or refusing
+    them as here) while the store answers: paraphrases miss, and the exact tier keeps serving
+    its answers (three failed searches opened the exact tier's breaker: 374 of 399 exact
+    lookups missed during a re-index)."""
+    cache = Cache(redis_url=search_server.url, namespace="reindex", faq=False,
+                  semantic=Semantic(index="redis-search"))  # fmt: skip
+    try:
+        asked = [f"How do I export report number {n} to a spreadsheet?" for n in range(3)]
+        for n, question in enumerate(asked):
+            cache.lookup(cache.request(question))
+            cache.update(cache.request(question), f"Reports > {n} > Export.")
+        admin = redis.Redis.from_url(search_server.url)
+        admin.execute_command("ACL", "SETUSER", "default", "-FT.SEARCH")
+        for _ in range(2):
+            for n in range(3):
+                paraphrase = f"How can I export report number {n} to a spreadsheet?"
+                assert cache.lookup(cache.request(paraphrase)) is None
+            cache.exact.l1.clear()  # each exact answer read from the store
+            for n, question in enumerate(asked):
+                hit = cache.lookup(cache.request(question))
+                assert hit is not None and hit.text == f"Reports > {n} > Export."
+        assert cache.stats()["exact"]["search_errors"] >= 3
+        assert not cache.exact.breaker.is_open
+    finally:
+        cache.close()

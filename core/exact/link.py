@@ -53,9 +53,14 @@ class StoreLink:
         and the breaker is closed.  (Lookup-scoped: an update is not a lookup.)"""
         return self.store is not None and not _trouble.get() and self.breaker.allow()
 
-    def failed(self, what: str, exc: Exception) -> None:
+    def failed(self, what: str, exc: Exception, *, breaker: bool = True) -> None:
+        """A store call failed: counted, logged now and then, and this lookup asks the store
+        nothing more.  ``breaker=False``: a call of another tier on the store's server (a
+        search); its failure says nothing of the entries' reads, so it does not count towards
+        opening their breaker."""
         _trouble.set(True)
-        self.breaker.failure()
+        if breaker:
+            self.breaker.failure()
         self.metrics.incr(TIER, f"{what}_errors")
         if what == "write":
             self.metrics.incr(TIER, "dropped_writes")
