@@ -28,7 +28,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the private redis-server and the storm worker
 
-from conftest import RedisServer
+from conftest import RedisServer, SearchServer
 from langchain_core.outputs import Generation
 from procs import storm
 
@@ -508,6 +508,119 @@ def faq_import(entries: int, workdir: Path, by: str) -> dict[str, Any]:
                     f" import; {errors} exceptions, {not_served} not served"}  # fmt: skip
 
 
+_PAIRS = [(f"How do I export report number {n} to a spreadsheet?",
+           f"How can I export report number {n} to a spreadsheet?") for n in range(20)]  # fmt: skip
+
+
+def _busy(busy: bool) -> list[Any]:
+    """Two processes spinning on the CPU (the machine's other load), when ``busy``."""
+    import subprocess
+
+    spin = [sys.executable, "-c", "while True: pass"]
+    return [subprocess.Popen(spin) for _ in range(2 if busy else 0)]
+
+
+def paused_search_server(threads: int, workdir: Path, busy: bool = False) -> dict[str, Any]:
+    """The valkey that holds the entries and the query engine's index, paused (SIGSTOP) for
+    4 s while ``threads`` threads ask the questions and their paraphrases without a pause."""
+    import signal
+    import threading
+
+    server = SearchServer(workdir)
+    server.start()
+    cache = Cache(redis_url=server.url, faq=False, semantic=Semantic(index="redis-search"))
+    for n, (asked, _) in enumerate(_PAIRS):
+        cache.lookup(cache.request(asked))
+        cache.update(cache.request(asked), f"Reports > {n} > Export.")
+    spinners = _busy(busy)
+    samples: list[float] = []
+    os.kill(server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    cache.exact.l1.clear()
+    until = time.monotonic() + 4.0
+
+    def run(w: int) -> None:
+        i = 0
+        while time.monotonic() < until:
+            pair = _PAIRS[(i + w) % len(_PAIRS)]
+            request = cache.request(pair[i % 2])
+            i += 1
+            started = time.perf_counter()
+            cache.lookup(request)
+            samples.append(time.perf_counter() - started)
+
+    workers = [threading.Thread(target=run, args=(w,)) for w in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    os.kill(server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+    for spinner in spinners:
+        spinner.kill()
+    stats = cache.stats()["exact"]
+    store_calls = sum(stats.get(k, 0) for k in ("read_errors", "refresh_errors", "fetch_errors"))
+    cache.close()
+    server.stop()
+    return {"scenario": f"query engine and store paused (SIGSTOP 4 s), {threads} threads,"
+                        f" {'busy (2 spinning processes)' if busy else 'quiet'} machine",
+            "threads_16": _percentiles(samples),
+            "note": f"{len(samples):,} lookups, {sum(x > 0.1 for x in samples)} over 100 ms,"
+                    f" {store_calls} store calls failed"}  # fmt: skip
+
+
+def search_reindex(points: int, workdir: Path) -> dict[str, Any]:
+    """``FT.DROPINDEX`` and the index made again over ``points`` points (the engine re-indexes
+    them in the background): 10 s of exact questions (L1 emptied before each: read from the
+    store) and their paraphrases.  An exact answer missed is one lost while the index rebuilds."""
+    import numpy as np
+
+    server = SearchServer(workdir)
+    server.start()
+    cache = Cache(redis_url=server.url, faq=False, namespace="reindex",
+                  semantic=Semantic(index="redis-search"))  # fmt: skip
+    for n, (asked, _) in enumerate(_PAIRS):
+        cache.lookup(cache.request(asked))
+        cache.update(cache.request(asked), f"Reports > {n} > Export.")
+    index = cache.tiers.semantic.index  # type: ignore[union-attr]
+    rng = np.random.default_rng(0)
+    for start in range(0, points, 1000):
+        index.upsert_many([
+            (f"filler{start + i}", rng.standard_normal(index.dim).astype(np.float32),
+             {"question": f"filler {start + i}", "ref": "tricache:reindex:x:none",
+              "expires_at": time.time() + 3600, "scope": "other"})
+            for i in range(min(1000, points - start))
+        ])  # fmt: skip
+    redis.Redis.from_url(server.url).execute_command("FT.DROPINDEX", index.index)
+    began = time.monotonic()
+    index.ensure(force=True)  # what the next write does
+    samples: list[float] = []
+    exact = missed = paraphrases = found = 0
+    back_after = None
+    while time.monotonic() - began < 10.0:
+        asked, paraphrase = _PAIRS[exact % len(_PAIRS)]
+        cache.exact.l1.clear()
+        started = time.perf_counter()
+        hit = cache.lookup(cache.request(asked))
+        samples.append(time.perf_counter() - started)
+        exact += 1
+        missed += hit is None
+        started = time.perf_counter()
+        hit = cache.lookup(cache.request(paraphrase))
+        samples.append(time.perf_counter() - started)
+        paraphrases += 1
+        found += hit is not None
+        if hit is not None and back_after is None:
+            back_after = time.monotonic() - began
+    stats = cache.stats()["exact"]
+    cache.close()
+    server.stop()
+    back = f"{back_after:.1f} s" if back_after is not None else "never"
+    return {"scenario": f"re-index of {points:,} points after FT.DROPINDEX (one thread, 10 s)",
+            "threads_16": _percentiles(samples), "exact_missed": missed, "exact": exact,
+            "note": f"{missed} of {exact} exact lookups missed ({stats.get('read_errors', 0)}"
+                    f" store reads failed, breaker opened {cache.exact.breaker.opened}x);"
+                    f" {found} of {paraphrases} paraphrases served, first at {back}"}  # fmt: skip
+
+
 def first_lookup(workdir: Path) -> dict[str, Any]:
     """A new process on the embedded defaults: its first lookup, and the background warm-up."""
     import subprocess
@@ -893,10 +1006,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="only the query engine's rows: reliability_search.{md,json}",
+    )
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     # the scenarios measure the tiers, not the warm-up (first_lookup measures that, without it)
     os.environ.setdefault("TRICACHE_WARM", "1")
+    if args.search:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = search_rows(Path(tmp), scale)
+        command = " ".join(["python", "benchmarks/reliability.py", *sys.argv[1:]])
+        write_search(rows, args.out, command)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for sub in ("a", "b", "h1", "h2", "round"):
@@ -919,6 +1043,7 @@ def main() -> None:
                 big_prompts_with_faq(work),
                 event_loops(int(2000 * scale)),
                 cancellation_storm(),
+                *([] if args.quick else search_rows(work, scale)),  # (--search: these alone)
             ],
             "coalescing": coalescing(),
             "faq_import": [  # issue #38 item 13: lookups and feedback during an FAQ import
@@ -930,6 +1055,41 @@ def main() -> None:
             "last_round": fault_round.run(work / "round", quick=args.quick),
         }
     write(report, args.out, "reliability_quick" if args.quick else "reliability")
+
+
+def search_rows(work: Path, scale: float) -> list[dict[str, Any]]:
+    """The query engine's server paused (8 and 16 threads, a quiet and a busy machine), and a
+    re-index after ``FT.DROPINDEX``."""
+    rows = []
+    for n, (threads, busy) in enumerate([(8, False), (16, False), (8, True), (16, True)]):
+        (work / f"ps{n}").mkdir()
+        rows.append(paused_search_server(threads, work / f"ps{n}", busy))
+    (work / "reindex").mkdir()
+    rows.append(search_reindex(int(40_000 * scale), work / "reindex"))
+    return rows
+
+
+def write_search(rows: list[dict[str, Any]], out: Path, command: str) -> None:
+    lines = [
+        "# Reliability figures: the Redis query engine",
+        "",
+        f"Command: `{command}` (private valkey-server processes with RediSearch loaded, on"
+        " loopback; nothing mocked). Store timeout 50 ms: the budget of one lookup.",
+        "",
+        "| scenario | lookups p50 / p99 / max (ms) | what happened |",
+        "|---|---|---|",
+    ]
+    for row in rows:
+        t = row["threads_16"]
+        lines.append(f"| {row['scenario']} | {t['p50_ms']} / {t['p99_ms']} / {t['max_ms']} |"
+                     f" {row['note']} |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "reliability_search.md").write_text(text)
+    (out / "reliability_search.json").write_text(
+        json.dumps({"command": command, "rows": rows}, indent=1) + "\n"
+    )
 
 
 def write(report: dict[str, Any], out: Path, stem: str) -> None:
