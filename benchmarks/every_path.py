@@ -82,10 +82,9 @@ def _redis_namespace() -> Iterator[str]:
         client.close()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The ``tricache`` command, in a process of its own."""
-    return subprocess.run(["tricache", *args], capture_output=True, text=True, timeout=300,
-                          env=env)  # fmt: skip
+    return subprocess.run(["tricache", *args], capture_output=True, text=True, timeout=300)
 
 
 def _in_a_new_process(code: str, *args: str) -> Any:
@@ -95,18 +94,6 @@ def _in_a_new_process(code: str, *args: str) -> Any:
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _served_after(ask: Callable[[], bool], grace: float = GRACE_S) -> tuple[int, float]:
-    """Ask repeatedly for ``grace`` + 0.5 s after a change: how many lookups begun later than
-    ``grace`` still served the old answer, and when the last old one was served."""
-    began, late, last = time.monotonic(), 0, 0.0
-    while (now := time.monotonic()) - began < grace + 0.5:
-        if ask():
-            last = now - began
-            late += now - began > grace
-        time.sleep(0.05)
-    return late, round(last, 2)
 
 
 # Stand-in models that answer with the version of their data ---------------------------------
