@@ -32,6 +32,7 @@ from conftest import RedisServer, SearchServer
 from langchain_core.outputs import Generation
 from procs import storm
 
+import every_path
 import fault_round
 
 from langchain_tricache import TriCache
@@ -1050,6 +1051,7 @@ def main() -> None:
                 faq_import(int(1500 * scale), work, "thread"),
                 faq_import(int(1500 * scale), work, "process"),
             ],
+            "every_path": every_path.run(work / "paths", quick=args.quick),
             "first_lookup": first_lookup(work),
             "fork": fork_after_use(work),
             "last_round": fault_round.run(work / "round", quick=args.quick),
@@ -1200,6 +1202,16 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
     for row in report["coalescing"]:
         lines.append(f"| {row['requests']} | {row['scenario']} | {row['model_calls']} |"
                      f" {row['slowest_x']} | {row['wrong']} |")  # fmt: skip
+    lines += [
+        "",
+        "## Every path (issue 38)",
+        "",
+        "Items 1–12 of issue #38, each measured the way it broke (`benchmarks/every_path.py`):"
+        " a review verdict, per-call options and tags, FAQ re-import and export, deletes,"
+        " error texts, TTLs, the store's bound; each value must be at most its goal.",
+        "",
+        *every_path.table(report["every_path"]),
+    ]
     first, fork = report["first_lookup"], report["fork"]
     lines += [
         "",

@@ -228,6 +228,9 @@ def test_the_reliability_report_quick_run(tmp_path: Path) -> None:
     assert all(r["threads_16"]["max_ms"] < 1500 for r in faq), faq
     coalesced = report["coalescing"]  # issue #38 items 14-15: one call for identical requests
     assert len(coalesced) == 6 and all(r["model_calls"] == 1 and r["wrong"] == 0 for r in coalesced)
+    paths = report["every_path"]  # issue #38 items 1-12, each measured the way it broke
+    broken = [r for r in paths if r["value"] > r["goal"]]
+    assert [r["item"] for r in paths] == list(range(1, 13)) and broken == [], broken
     last = report["last_round"]  # issue #32's faults, measured
     assert len(last) == 12
     assert all(row["wrong"] == 0 and row["lost"] == 0 for row in last), last
