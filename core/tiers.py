@@ -132,8 +132,10 @@ class TierLoader:
             except Exception as exc:
                 self.breaker.failure()
                 self.metrics.incr("semantic", "index_errors")
-                if tier.index_on_store and store_error(exc):  # the store's own server: the
-                    self.exact.link.failed("index", exc)  # journal waits for it too
+                if tier.index_on_store and store_error(exc):  # the store's own server:
+                    # counted; the exact tier's breaker is its own calls' (an index write that
+                    # failed, e.g. while the engine re-indexes, must not switch L2 off)
+                    self.exact.link.failed("index", exc, breaker=False)
                 else:
                     self.exact.link.warn("semantic index write failed (journaled): %s", exc)
         if self.semantic_on:

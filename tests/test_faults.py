@@ -248,3 +248,39 @@ def test_a_failing_search_never_turns_the_exact_tier_off(search_server: SearchSe
         assert not cache.exact.breaker.is_open
     finally:
         cache.close()
+
+
+def test_a_failing_index_write_never_turns_the_exact_tier_off(search_server: SearchServer) -> None:
+    """The query engine refusing the points' writes while the store answers: every answer is
+    stored and served exactly (answers stored at once by 8 threads, whose index writes then
+    failed in a row, opened the exact tier's breaker: the next reads and writes skipped L2)."""
+    cache = Cache(redis_url=search_server.url, namespace="indexw", faq=False, warm=True,
+                  semantic=Semantic(index="redis-search"))  # fmt: skip
+    try:
+        admin = redis.Redis.from_url(search_server.url)
+        admin.execute_command("ACL", "SETUSER", "default", "-pexpire")  # a point's write only
+        asked = [f"How do I export report number {n} to a spreadsheet?" for n in range(8)]
+        barrier = threading.Barrier(len(asked))
+        stored: list[bool] = []
+
+        def store(n: int) -> None:
+            barrier.wait()
+            stored.append(cache.update(cache.request(asked[n]), f"Reports > {n} > Export."))
+
+        threads = [threading.Thread(target=store, args=(n,)) for n in range(len(asked))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert stored == [True] * len(asked)
+        assert cache.stats()["semantic"]["index_errors"] >= 3
+        assert not cache.exact.breaker.is_open
+        cache.exact.l1.clear()  # each exact answer read from the store
+        for n, question in enumerate(asked):
+            hit = cache.lookup(cache.request(question))
+            assert hit is not None and hit.text == f"Reports > {n} > Export."
+        request = cache.request("How do I add a user to a team?")
+        assert cache.lookup(request) is None
+        assert cache.update(request, "Teams > Add user.")
+    finally:
+        cache.close()
