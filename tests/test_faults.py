@@ -284,3 +284,52 @@ def test_a_failing_index_write_never_turns_the_exact_tier_off(search_server: Sea
         assert cache.update(request, "Teams > Add user.")
     finally:
         cache.close()
+
+
+def test_the_exact_tier_keeps_its_answers_while_the_index_rebuilds(
+    search_server: SearchServer,
+) -> None:
+    """``FT.DROPINDEX`` over 10,000 points, then a write makes the index again: the points left
+    are indexed again a few at a time, so the server never stalls past the store's timeout;
+    every exact lookup meanwhile hits, and the old paraphrases come back (the engine's own
+    scan of them all at once held the server 265 ms: exact reads timed out and missed)."""
+    import numpy as np
+
+    cache = Cache(redis_url=search_server.url, namespace="rebuild", faq=False, warm=True,
+                  semantic=Semantic(index="redis-search"))  # fmt: skip
+    try:
+        pairs = [
+            (f"How do I export report number {n} to a spreadsheet?",
+             f"How can I export report number {n} to a spreadsheet?") for n in range(4)
+        ]  # fmt: skip
+        for n, (question, _) in enumerate(pairs):
+            cache.update(cache.request(question), f"Reports > {n} > Export.")
+        index = cache.tiers.semantic.index  # type: ignore[union-attr]
+        rng = np.random.default_rng(0)
+        for start in range(0, 10_000, 1000):
+            index.upsert_many([
+                (f"filler{start + i}", rng.standard_normal(index.dim).astype(np.float32),
+                 {"question": f"filler {start + i}", "ref": "tricache:rebuild:x:none",
+                  "expires_at": time.time() + 3600, "scope": "other"})
+                for i in range(1000)
+            ])  # fmt: skip
+        redis.Redis.from_url(search_server.url).execute_command("FT.DROPINDEX", index.index)
+        assert cache.lookup(cache.request(pairs[0][1])) is None  # a miss: the index is gone
+        cache.update(cache.request("How do I add a user to a team?"), "Teams > Add user.")
+        exact = missed = 0
+        back: set[int] = set()
+        deadline = time.monotonic() + 120
+        while len(back) < len(pairs) and time.monotonic() < deadline:
+            for n, (question, paraphrase) in enumerate(pairs):
+                cache.exact.l1.clear()  # read from the store
+                hit = cache.lookup(cache.request(question))
+                exact += 1
+                missed += hit is None or hit.text != f"Reports > {n} > Export."
+                if n not in back and cache.lookup(cache.request(paraphrase)) is not None:
+                    back.add(n)
+            time.sleep(0.005)
+        assert missed == 0, f"{missed} of {exact} exact lookups missed"
+        assert back == set(range(len(pairs))), "the old paraphrases never came back"
+        assert cache.stats()["exact"].get("read_errors", 0) == 0
+    finally:
+        cache.close()

@@ -307,6 +307,57 @@ def test_an_index_dropped_by_someone_is_made_again(
         assert until(lambda: [c.id for c in index.search(old, {"scope": "s"}, 5, 0.5)] == [old_id])
 
 
+def _fill(index: RedisSearchIndex, count: int, seed: int) -> tuple[list[str], np.ndarray]:
+    ids, vectors = [new_id() for _ in range(count)], unit(np.random.default_rng(seed), count)
+    for start in range(0, count, 500):
+        batch = range(start, min(start + 500, count))
+        index.upsert_many([(ids[i], vectors[i], payload("s", f"q{i}")) for i in batch])
+    return ids, vectors
+
+
+def test_an_index_made_again_takes_the_points_left_back_a_few_at_a_time(
+    make_index: MakeIndex, search_server: SearchServer
+) -> None:
+    """``FT.DROPINDEX`` over 3,000 points, then a write: the index is made with
+    ``SKIPINITIALSCAN`` (the engine's own scan indexes them all at once and holds the server:
+    exact reads timed out), the process that made it indexes them again in the background,
+    a process that finds it made leaves that to the first, and a new point is found at once."""
+    writer = make_index()
+    ids, vectors = _fill(writer, 3000, 12)
+    admin = redis.Redis(port=search_server.port)
+    admin.execute_command("FT.DROPINDEX", writer.index)
+    point_id, vector = new_id(), unit(np.random.default_rng(13))[0]
+    writer.ensure(force=True)  # what the next write does
+    writer.upsert(point_id, vector, payload("s", "new"))
+    assert int(writer.info()["indexing"]) == 0  # the engine scans nothing by itself
+    assert [c.id for c in writer.search(vector, {"scope": "s"}, 1, 0.5)] == [point_id]
+    other = make_index()  # another process: the index is there, its re-index under way
+    assert until(lambda: writer.count() == 3001, timeout=60)
+    done = sorted([writer.reindexed, other.reindexed])  # one of them did it (and the new
+    assert done[0] == 0 and done[1] >= 3000  # point, or a key SCAN returned twice)
+    assert [c.id for c in other.search(vectors[7], {"scope": "s"}, 1, 0.5)] == [ids[7]]
+    assert until(lambda: not admin.exists(writer._pending))
+
+
+def test_a_re_index_left_midway_is_taken_up_by_the_next_process(
+    make_index: MakeIndex, search_server: SearchServer
+) -> None:
+    """The process re-indexing exits midway: the marker stays, and the next process to open
+    the index goes on (meanwhile the points not indexed again are misses)."""
+    first = make_index()
+    ids, vectors = _fill(first, 3000, 14)
+    admin = redis.Redis(port=search_server.port)
+    admin.execute_command("FT.DROPINDEX", first.index)
+    first.ensure(force=True)
+    first.close()  # at once: most points not indexed again
+    assert admin.exists(first._pending)
+    assert first.count() < 3000
+    later = make_index()
+    assert until(lambda: later.count() == 3000, timeout=60)
+    assert [c.id for c in later.search(vectors[9], {"scope": "s"}, 1, 0.5)] == [ids[9]]
+    assert until(lambda: not admin.exists(first._pending))
+
+
 def test_another_process_notices_a_lost_index_within_recheck(
     make_index: MakeIndex, search_server: SearchServer
 ) -> None:
@@ -450,6 +501,11 @@ def test_on_a_redis_cluster(search_cluster: list[SearchServer]) -> None:
             assert index.count() == 2
             assert [c.id for c in index.find({"scope": "s", "form": found[0].payload["question"]
                                               .lower()}, 5)] == [found[0].id]  # fmt: skip
+        second_port, second = list(indexes.items())[1]
+        redis.Redis(port=second_port).execute_command("FT.DROPINDEX", second.index)
+        second.ensure(force=True)  # made again: its points left indexed again on their node
+        assert until(lambda: second.count() == 2)
+        assert second.reindex_errors == 0
         first_port, first = next(iter(indexes.items()))
         first.discard([ids[first_port][0]])
         assert until(lambda: first.count() == 1)

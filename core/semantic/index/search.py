@@ -11,14 +11,24 @@ MessagePack map of the rest of the payload.  Each hash expires with its entry (P
 A point found is only a pointer: the exact tier decides versions, tags and TTL when it resolves
 ``r``, so a point that is late (still there after its entry went, or not yet visible) is a miss,
 never a wrong answer.  A lost index (the server restarted empty, someone dropped it) makes
-searches miss; the next write makes it again (and the engine re-indexes the hashes left).
+searches miss; the next write makes it again, with ``SKIPINITIALSCAN``: the engine's own scan
+of the hashes left indexes them all at once and holds the server (40,000 points: exact reads
+past the store's timeout for seconds).  The process that made it re-indexes them instead, a
+few at a time from a background thread (each batch an ``HSET`` of a field of the point's own,
+sized to hold the server a few ms, with a pause after it): paraphrases come back over seconds
+while the exact tier's reads keep their budget.  A marker key (``tricache:{ns}:vreindex:<space>``:
+a generation and a ``SCAN`` cursor) says one is pending and where it stands, and a lock key with
+a TTL lets one process at a time do it; a process that exits midway leaves the marker, and the
+next to open the index (or one already waiting on the lock) goes on from its cursor.  Until
+then, a point not indexed again is a miss, never a wrong answer.  Points written meanwhile are
+indexed as they are written.
 
 Redis Cluster: a namespace's hashes share one hash tag, so they live in one slot, on one shard;
 every query-engine command is sent to the node that owns that slot, whose index holds them all.
 That needs no cluster coordinator (RediSearch loaded as a module has none: each shard indexes
 its own keys).  A namespace is then served by one shard: namespaces spread over the cluster,
 one namespace's points do not.  A slot moved to another node finds no index there: the next
-write (``recheck_s``) makes it, and the engine indexes the hashes that moved with the slot.
+write (``recheck_s``) makes it, and that process re-indexes the hashes that moved with the slot.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import contextlib
 import hashlib
 import logging
 import math
+import secrets
 import threading
 import time
 import weakref
@@ -69,6 +80,32 @@ _MAX_DOOMED = 10_000  # discarded points waiting for the background deletion
 _BATCH = 500  # keys per UNLINK, ids per bulk query
 _WRITES = 50  # points per MULTI (the server indexes them, ~0.5 ms each, while it runs EXEC)
 _BULK_TIMEOUT_S = 10.0
+# Re-indexing the hashes left when the index was made again: a batch (one script) is sized to
+# hold the server about this long (the engine indexes a point in ~0.5 ms), and is followed by a
+# pause as long as it took, at least _REINDEX_PAUSE_S (at most half the server's time).
+_REINDEX_BATCH_S = 0.004
+_REINDEX_PAUSE_S = 0.002
+_REINDEX_MAX_BATCH = 64
+_REINDEX_LOCK_S = 10.0  # one process at a time; another takes over this long after it died
+# KEYS: the marker, the lock, the points; ARGV: the lock's token, the marker as the batch
+# found it, the marker after it ("": done), the lock's TTL (ms).  Each point's own ``e`` field
+# written back (the engine indexes the hash again; its TTL stays; a point gone is skipped).
+_REINDEX = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return -2 end
+local n = 0
+for i = 3, #KEYS do
+  local e = redis.call('HGET', KEYS[i], 'e')
+  if e then redis.call('HSET', KEYS[i], 'e', e); n = n + 1 end
+end
+if ARGV[3] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[3]) end
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return n
+"""
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 class RedisSearchIndex:
@@ -115,6 +152,10 @@ class RedisSearchIndex:
         self.slug = slug
         self.index = f"tricache:{{{namespace}}}:vidx" + (f":{slug}" if slug else "")
         self.prefix = vector_prefix(namespace, slug)
+        # a re-index pending (its generation and SCAN cursor), and who does it
+        self._pending = f"tricache:{{{namespace}}}:vreindex" + (f":{slug}" if slug else "")
+        self._pending_lock = self._pending + ":lock"
+        self._skip_scan = True  # made with SKIPINITIALSCAN (False: an engine without it)
         self._namespace_tag = _tag(namespace)
         self._owned = client is None
         if client is None:
@@ -139,7 +180,10 @@ class RedisSearchIndex:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
+        self._reindexer: threading.Thread | None = None
         self.discard_errors = 0
+        self.reindexed = 0  # points this process indexed again (after the index was made again)
+        self.reindex_errors = 0
         self.hostile_points = 0  # results skipped: a question the tier could not have written
         on_fork(self._after_fork)
         self.ensure()
@@ -231,9 +275,9 @@ class RedisSearchIndex:
         """Send the deletions still waiting (one try), stop the thread, close the clients."""
         self._stop.set()
         self._wake.set()
-        worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(self.timeout + 1)
+        for worker in (self._worker, self._reindexer):
+            if worker is not None and worker is not threading.current_thread():
+                worker.join(self.timeout + 1)
         with contextlib.suppress(Exception):
             self._flush_discards(self._fast)  # (within ``timeout``: a close never hangs)
         if self._owned:
@@ -256,6 +300,8 @@ class RedisSearchIndex:
             self._learn()
         if not self._learned:  # where a worker on the replica finds these points to forget
             self._bulk.sadd(vector_spaces(self.namespace), self.slug)
+            if self._skip_scan and self._bulk.exists(self._pending):  # one left midway
+                self._start_reindex()
         self._learned = True
         self._checked_until = now + self._recheck_s
 
@@ -274,23 +320,38 @@ class RedisSearchIndex:
             "e", "NUMERIC",
             "v", "VECTOR", self._algorithm.upper(), len(params), *params,
         ]  # fmt: skip
+        skip = ["SKIPINITIALSCAN"] if self._skip_scan else []
         try:
             self._ft(
                 self._bulk, "FT.CREATE", self.index, "ON", "HASH", "PREFIX", 1, self.prefix,
-                "STOPWORDS", 0, "SCHEMA", *schema,
+                *skip, "STOPWORDS", 0, "SCHEMA", *schema,
             )  # fmt: skip
         except redis.ResponseError as exc:
-            if "already exists" in str(exc).lower():  # another process made it first
+            text = str(exc).lower()
+            if "already exists" in text:  # another process made it first (and re-indexes)
                 self._learn()
                 return
-            if self._dtype != "float32" and "float16" not in str(exc).lower():
+            if self._dtype == "float16" and "float16" in text:
+                # an engine without float16 (older RediSearch): float32, twice the memory
+                log.warning("tricache: %s: %s; using float32 vectors", self.index, exc)
+                self._dtype = "float32"
+                self._create()
+                return
+            if not self._skip_scan:
                 raise
-            # an engine without float16 (older RediSearch): float32, twice the memory
-            log.warning("tricache: %s: %s; using float32 vectors", self.index, exc)
-            self._dtype = "float32"
-            self._create()
+            # an engine without SKIPINITIALSCAN: it indexes the hashes left by itself
+            self._skip_scan = False
+            try:
+                self._create()
+            except Exception:
+                self._skip_scan = True  # not that: the error is the engine's answer
+                raise
+            log.info("tricache: %s: made without SKIPINITIALSCAN (%s)", self.index, exc)
             return
         log.info("tricache: vector index %s made (%s %s)", self.index, self._algorithm, self._dtype)
+        if self._skip_scan:  # the points already there, if any: indexed again a few at a time
+            self._bulk.set(self._pending, f"{secrets.token_hex(8)}:0")
+            self._start_reindex()
 
     def _learn(self) -> None:
         """Take the vector type and algorithm of the index as it exists (another version or
@@ -442,6 +503,72 @@ class RedisSearchIndex:
         for start in range(0, len(keys), _BATCH):  # one slot: one command per batch
             client.unlink(*keys[start : start + _BATCH])
 
+    # the points left when the index was made again: indexed again off the request path ----
+    def _start_reindex(self) -> None:
+        thread = self._reindexer
+        if (thread is not None and thread.is_alive()) or self._stop.is_set():
+            return
+        with self._lock:
+            if self._reindexer is not None and self._reindexer.is_alive():
+                return
+            self._reindexer = threading.Thread(
+                target=_reindex_forever,
+                args=(weakref.ref(self), self._stop),
+                name="tricache-vector-reindex",
+                daemon=True,
+            )
+            self._reindexer.start()
+
+    def _reindex(self, token: str, stop: threading.Event) -> bool:
+        """Index again the points the marker says are pending, a batch at a time, while this
+        process holds the lock; True when none are pending (done, here or elsewhere), False
+        when another process holds the lock or this one lost it (the caller waits, then
+        tries again)."""
+        client, lock_ms = self._bulk, int(_REINDEX_LOCK_S * 1000)
+        if not client.set(self._pending_lock, token, nx=True, px=lock_ms):
+            return not client.exists(self._pending)
+        try:
+            node = self._node_client(client)
+            pattern = _glob_escape(self.prefix) + "*"
+            size, started = 4, time.monotonic()
+            raw = client.get(self._pending)
+            while raw is not None and not stop.is_set():
+                state = _text(raw)
+                generation, _, cursor = state.partition(":")
+                after, keys = node.scan(int(cursor or 0), match=pattern, count=1000)
+                done = f"{generation}:{after}" if int(after) else ""
+                keys = [_text(k) for k in keys]
+                first = 0
+                while True:  # the page in batches; the marker moves on with the last one
+                    batch = keys[first : first + size]
+                    first += len(batch)
+                    last = first >= len(keys)
+                    began = time.perf_counter()
+                    n = client.eval(
+                        _REINDEX, 2 + len(batch), self._pending, self._pending_lock, *batch,
+                        token, state, done if last else state, lock_ms,
+                    )  # fmt: skip
+                    took = time.perf_counter() - began
+                    if n == -1:  # the lock expired (this process stalled): another may have it
+                        return False
+                    if n == -2:  # made again meanwhile (from cursor 0), or finished elsewhere
+                        break
+                    self.reindexed += n
+                    if took > _REINDEX_BATCH_S:  # a point more while under, half past it
+                        size = max(size // 2, 1)
+                    elif took < _REINDEX_BATCH_S / 2:
+                        size = min(size + 1, _REINDEX_MAX_BATCH)
+                    if stop.wait(max(took, _REINDEX_PAUSE_S)) or last:
+                        break
+                raw = client.get(self._pending)
+            if raw is None:
+                log.info("tricache: %s: %d points indexed again in %.1f s", self.index,
+                         self.reindexed, time.monotonic() - started)  # fmt: skip
+            return raw is None
+        finally:
+            with contextlib.suppress(Exception):
+                client.eval(_UNLOCK, 1, self._pending_lock, token)
+
     # discards: deleted off the request path ------------------------------------------------
     def _start_worker(self) -> None:
         worker = self._worker
@@ -483,6 +610,7 @@ class RedisSearchIndex:
         self._lock = threading.Lock()
         self._doomed, self._hidden = deque(), {}
         self._wake, self._stop, self._worker = threading.Event(), threading.Event(), None
+        self._reindexer = None  # (the parent goes on with its re-index)
 
 
 def _discard_forever(
@@ -506,6 +634,24 @@ def _discard_forever(
             stop.wait(backoff)
             wake.set()
         del index
+
+
+def _reindex_forever(ref: weakref.ref[RedisSearchIndex], stop: threading.Event) -> None:
+    """Until no re-index is pending: do it when this process gets the lock, else wait for the
+    holder to finish (or to die: its lock expires, and this process goes on)."""
+    token = secrets.token_hex(8)
+    while not stop.is_set():
+        index = ref()
+        if index is None:
+            return
+        try:
+            if index._reindex(token, stop):
+                return
+        except Exception as exc:  # the server is away or slow: tried again later
+            index.reindex_errors += 1
+            log.debug("tricache: %s: re-index paused: %s", index.index, exc)
+        del index
+        stop.wait(_REINDEX_LOCK_S / 2)
 
 
 def has_query_engine(client: Any) -> bool:
