@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.caches import InMemoryCache
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.globals import set_llm_cache
 from langchain_core.prompts import ChatPromptTemplate
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 
@@ -204,3 +208,44 @@ def test_llama_index_tags_are_a_dependency_too(core: Cache) -> None:
     core.invalidate("prices")
     llm.chat(ask, tricache_tags=["prices"])
     assert oracle.calls == 3
+
+
+class _Counting(BaseCallbackHandler):
+    """The app's own handler: what it sees must not change because a cache is there."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+
+    def on_llm_start(self, *args: Any, **kwargs: Any) -> None:
+        self.seen["start"] += 1
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        self.seen["start"] += 1
+
+    def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+        self.seen["end"] += 1
+
+
+@pytest.mark.parametrize("model", [TextOracle, ChatOracle], ids=["llm", "chat"])
+def test_the_apps_callbacks_see_what_they_see_without_the_cache(core: Cache, model: Any) -> None:
+    """The app's handler sees the same runs start and end as under LangChain's own cache,
+    sync and async, streamed, hit or miss (a handler of the cache's own, added to every run,
+    once made LangChain's async manager skip the app's on_llm_start for plain LLMs)."""
+    seen = []
+    for cache in (InMemoryCache(), TriCache(cache=core)):
+        set_llm_cache(cache)
+        oracle, counting = model(), _Counting()
+        config: Any = {"callbacks": [counting], **TAGGED}
+        for _ in range(2):  # each a miss, then a hit
+            oracle.invoke("What is gold?", config=config)
+            asyncio.run(oracle.ainvoke("What is silver?", config=config))
+            asyncio.run(_drain(oracle.astream("What is copper?", config=config)))
+            list(oracle.stream("What is zinc?", config=config))
+        seen.append(dict(counting.seen))
+    set_llm_cache(None)
+    assert seen[1] == seen[0] and seen[0]["start"] == seen[0]["end"] > 0
+
+
+async def _drain(chunks: Any) -> None:
+    async for _ in chunks:
+        pass
