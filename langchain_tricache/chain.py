@@ -97,7 +97,7 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         request, semantic = self._request(input, config, kwargs)
-        ask = partial(self.runnable.invoke, input, config, **kwargs)
+        ask = partial(self.runnable.invoke, input, self._inner_config(config), **kwargs)
         if request is None:
             return ask()
         return self.tricache.answer(request, ask, _answer, _served, semantic=semantic, faq=False,
@@ -105,13 +105,27 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         request, semantic = self._request(input, config, kwargs)
-        ask = partial(self.runnable.ainvoke, input, config, **kwargs)
+        ask = partial(self.runnable.ainvoke, input, self._inner_config(config), **kwargs)
         if request is None:
             return await ask()
         out = await self.tricache.aanswer(request, ask, _answer, _served, semantic=semantic,
                                           faq=False, ttl=_ttl_of(config),
                                           category=self.category)  # fmt: skip
         return out.answer
+
+    def _inner_config(self, config: RunnableConfig | None) -> RunnableConfig | None:
+        """``config`` for the wrapped chain: what it caches inside (a model's answers, through
+        ``set_llm_cache``) is written under this chain's tags too, and asks for answers written
+        under them: ``invalidate(tag)`` then reaches every level, not only this output."""
+        if not self.tags_for_entries:
+            return config
+        config = ensure_config(config)
+        metadata = dict(config.get("metadata") or {})
+        given = metadata.get("tricache_tags")
+        given = list(given) if isinstance(given, list | tuple) else ([] if given is None else given)
+        if isinstance(given, list):  # (anything else is the caller's error, raised where read)
+            metadata["tricache_tags"] = list(dict.fromkeys([*given, *self.tags_for_entries]))
+        return {**config, "metadata": metadata}
 
     def _request(
         self, input: Any, config: RunnableConfig | None, kwargs: dict[str, Any]

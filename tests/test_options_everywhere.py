@@ -24,7 +24,7 @@ from langchain_core.globals import set_llm_cache
 from langchain_core.prompts import ChatPromptTemplate
 from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
 
-from langchain_tricache import CachedChatModel, TriCache
+from langchain_tricache import CachedChatModel, TriCache, with_tricache
 from llama_index_tricache import TriCacheLLM
 from tricache import Cache, entry_options
 
@@ -249,3 +249,21 @@ def test_the_apps_callbacks_see_what_they_see_without_the_cache(core: Cache, mod
 async def _drain(chunks: Any) -> None:
     async for _ in chunks:
         pass
+
+
+def test_a_cached_chains_tags_reach_the_answers_cached_inside_it(
+    global_cache: TriCache, core: Cache
+) -> None:
+    """``with_tricache(chain, tags=[...])`` over a chain whose model uses the global cache: the
+    model's answer is written under the chain's tags too, so ``invalidate`` reaches it (the
+    chain's own output went, and the re-run chain was served the model's untagged answer)."""
+    oracle = ChatOracle()
+    chain = with_tricache(ChatPromptTemplate.from_messages([("human", "{q}")]) | oracle, core,
+                          name="prices", fingerprint="v1", tags=["prices"])  # fmt: skip
+    chain.invoke({"q": Q})
+    assert {e.tags for e in core.entries()} == {("prices",)}  # the chain's and the model's
+    chain.invoke({"q": Q})
+    assert oracle.calls == 1
+    core.invalidate("prices")
+    chain.invoke({"q": Q})
+    assert oracle.calls == 2, "the model's answer cached inside the chain was served"
