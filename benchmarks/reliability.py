@@ -521,9 +521,13 @@ def _busy(busy: bool) -> list[Any]:
     return [subprocess.Popen(spin) for _ in range(2 if busy else 0)]
 
 
-def paused_search_server(threads: int, workdir: Path, busy: bool = False) -> dict[str, Any]:
+def paused_search_server(
+    threads: int, workdir: Path, busy: bool = False, pause: bool = True
+) -> dict[str, Any]:
     """The valkey that holds the entries and the query engine's index, paused (SIGSTOP) for
-    4 s while ``threads`` threads ask the questions and their paraphrases without a pause."""
+    4 s while ``threads`` threads ask the questions and their paraphrases without a pause.
+    ``pause=False``: the same loop against the running server, the baseline: what the threads
+    cost each other on this machine's cores, with no fault."""
     import signal
     import threading
 
@@ -535,7 +539,8 @@ def paused_search_server(threads: int, workdir: Path, busy: bool = False) -> dic
         cache.update(cache.request(asked), f"Reports > {n} > Export.")
     spinners = _busy(busy)
     samples: list[float] = []
-    os.kill(server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    if pause:
+        os.kill(server.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
     cache.exact.l1.clear()
     until = time.monotonic() + 4.0
 
@@ -554,14 +559,16 @@ def paused_search_server(threads: int, workdir: Path, busy: bool = False) -> dic
         worker.start()
     for worker in workers:
         worker.join()
-    os.kill(server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+    if pause:
+        os.kill(server.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
     for spinner in spinners:
         spinner.kill()
     stats = cache.stats()["exact"]
     store_calls = sum(stats.get(k, 0) for k in ("read_errors", "refresh_errors", "fetch_errors"))
     cache.close()
     server.stop()
-    return {"scenario": f"query engine and store paused (SIGSTOP 4 s), {threads} threads,"
+    what = "paused (SIGSTOP 4 s)" if pause else "running (the baseline: no fault)"
+    return {"scenario": f"query engine and store {what}, {threads} threads,"
                         f" {'busy (2 spinning processes)' if busy else 'quiet'} machine",
             "threads_16": _percentiles(samples),
             "note": f"{len(samples):,} lookups, {sum(x > 0.1 for x in samples)} over 100 ms,"
@@ -1069,9 +1076,11 @@ def search_rows(work: Path, scale: float) -> list[dict[str, Any]]:
     """The query engine's server paused (8 and 16 threads, a quiet and a busy machine), and a
     re-index after ``FT.DROPINDEX``."""
     rows = []
-    for n, (threads, busy) in enumerate([(8, False), (16, False), (8, True), (16, True)]):
+    runs = [(threads, busy, pause) for busy in (False, True) for threads in (8, 16)
+            for pause in (False, True)]  # fmt: skip
+    for n, (threads, busy, pause) in enumerate(runs):
         (work / f"ps{n}").mkdir()
-        rows.append(paused_search_server(threads, work / f"ps{n}", busy))
+        rows.append(paused_search_server(threads, work / f"ps{n}", busy, pause))
     (work / "reindex").mkdir()
     rows.append(search_reindex(int(40_000 * scale), work / "reindex"))
     return rows
