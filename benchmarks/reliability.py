@@ -1202,6 +1202,19 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         lines.append(
             f"| {row['scenario']}{note} | {threads} | {asyn} | {row.get('loop_stall_ms', '—')} |"
         )
+    first, fork = report["first_lookup"], report["fork"]
+    lines += [
+        "",
+        f"First lookup in a new process (embedded defaults, empty home): import and"
+        f" `Cache()` {first['import_and_construct_ms']} ms, first lookup"
+        f" {first['first_lookup_ms']} ms (a miss while warming); the background warm-up took"
+        f" {first['warm_up_s']} s.",
+        "",
+        f"Fork after use: {fork['scenario']}: {fork['child_errors']} errors in children,"
+        f" {fork['crashed_children']} crashed; vector points {fork['points_before']} before,"
+        f" {fork['points_after']} after (the children's included), {fork['points_stored']} in"
+        f" the store, {fork['points_reopened']} when reopened.",
+    ]
     lines += [
         "",
         "## Identical requests at once (coalescing)",
@@ -1226,19 +1239,6 @@ def write(report: dict[str, Any], out: Path, stem: str) -> None:
         " error texts, TTLs, the store's bound; each value must be at most its goal.",
         "",
         *every_path.table(report["every_path"]),
-    ]
-    first, fork = report["first_lookup"], report["fork"]
-    lines += [
-        "",
-        f"First lookup in a new process (embedded defaults, empty home): import and"
-        f" `Cache()` {first['import_and_construct_ms']} ms, first lookup"
-        f" {first['first_lookup_ms']} ms (a miss while warming); the background warm-up took"
-        f" {first['warm_up_s']} s.",
-        "",
-        f"Fork after use: {fork['scenario']}: {fork['child_errors']} errors in children,"
-        f" {fork['crashed_children']} crashed; vector points {fork['points_before']} before,"
-        f" {fork['points_after']} after (the children's included), {fork['points_stored']} in"
-        f" the store, {fork['points_reopened']} when reopened.",
     ]
     lines += [
         "",
