@@ -75,15 +75,16 @@ def _calling_run(frame: FrameType | None) -> Any:
     for _ in range(_DEPTH):
         if frame is None:
             return None
-        code, found = frame.f_code, frame.f_locals
+        code = frame.f_code  # (a frame's locals are read only where they are needed)
         if code in _CHAT:
-            return found.get("run_manager")
+            return frame.f_locals.get("run_manager")
         if code in _LOOKUP:
-            index = found.get("i")
+            index = frame.f_locals.get("i")
         elif code in _UPDATE:
+            found = frame.f_locals
             index = found["missing_prompt_idxs"][found["i"]]
         elif code in _GENERATE:
-            managers = found.get("callback_managers")
+            managers = frame.f_locals.get("callback_managers")
             return managers[index] if index is not None and managers else None
         frame = frame.f_back
     return None
