@@ -200,6 +200,7 @@ def answer_steps(
             if handed is not NOTHING:  # the same request's answer, a moment ago
                 cache.metrics.incr("requests", "coalesced")
                 return Outcome(handed, None)
+            cache.exact.expect(asked.key)  # (another process may have written it)
             found = yield from cached_steps(cache, asked, served, semantic, faq)
             if found is not None:
                 return found
@@ -390,6 +391,7 @@ def _head(
     else the model's), published to its followers as it passes it on."""
     try:
         if not flight.leader:  # another process led: its answer may be stored now
+            cache.exact.expect(asked.key)
             found = run(cached_steps(cache, asked, replay, options["semantic"], faq))
             if found is not None:
                 flight.opened(found.hit)
@@ -479,6 +481,7 @@ async def _ahead(
     """``_head`` for async code."""
     try:
         if not flight.leader:
+            cache.exact.expect(asked.key)
             found = await arun(cached_steps(cache, asked, replay, options["semantic"], faq))
             if found is not None:
                 flight.opened(found.hit)

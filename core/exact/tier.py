@@ -286,6 +286,13 @@ class ExactTier:
         self._miss()
         return False
 
+    def expect(self, key: str) -> None:
+        """Another process may have just written ``key`` (a coalescing turn it led ended):
+        the next lookup asks L2 for it, not the Bloom filter, which learns what others wrote
+        only at its next catch-up."""
+        if self.bloom is not None:
+            self.bloom.add(key)
+
     def _surely_never_written(self, key: str) -> bool:
         bloom = self.bloom
         if bloom is None or bloom.might_contain(key):
