@@ -93,3 +93,27 @@ def test_another_process_lets_a_deleted_entry_go_within_refresh_s(
         child.join(timeout=30)
     assert lag is not None, "the other process kept serving the deleted entry"
     assert lag < 0.5 * 4 + 1.0  # refresh_s (0.5 s) and a poll, with room for a loaded machine
+
+
+def test_a_delete_learned_during_a_read_does_not_put_the_entry_back(
+    make_cache: CacheFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup whose L2 read was under way when the delete came serves what it read (it
+    began first), but does not keep it in L1, which the delete has just emptied."""
+    app, admin = make_cache(), make_cache()
+    request = app.request(Q)
+    assert app.update(request, "page 12")
+    key = app.key(request)
+    app.exact.l1.clear()
+    store, read = app.exact.store, app.exact.store.get  # type: ignore[union-attr]
+
+    def racing(wanted: str) -> object:
+        record = read(wanted)  # the entry as it was when the read began
+        admin.delete(key)  # the delete lands before the read returns
+        return record
+
+    monkeypatch.setattr(store, "get", racing)
+    assert app.lookup(request) is not None  # (the read began before the delete)
+    monkeypatch.undo()
+    assert app.exact.l1.get(key) is None
+    assert app.lookup(request) is None

@@ -132,6 +132,7 @@ class ExactTier:
         store = self.store
         if hit is not None or store is None or not self._should_read_l2(key, reachable):
             return self._settled(key, tags, hit)
+        deletes = self.versions.deletes  # (a delete learned during the read: not kept in L1)
         try:
             record = yield Call(store.get, store.aget, key)
         except Exception as exc:
@@ -141,7 +142,8 @@ class ExactTier:
         if record is None:
             self._miss()
             return self._settled(key, tags, None)
-        return self._settled(key, tags, self._from_l2(key, record, tags))
+        keep = self.versions.deletes == deletes
+        return self._settled(key, tags, self._from_l2(key, record, tags, keep=keep))
 
     def _settled(self, key: str, tags: tuple[str, ...], hit: ExactHit | None) -> ExactHit | None:
         """A miss remembers the versions it began under, for the answer the caller will write."""
@@ -301,7 +303,11 @@ class ExactTier:
             self._upkeep.wake()
         return True  # a key written elsewhere since the last catch-up costs one LLM call
 
-    def _from_l2(self, key: str, record: Any, tags: tuple[str, ...] = ()) -> ExactHit | None:
+    def _from_l2(
+        self, key: str, record: Any, tags: tuple[str, ...] = (), *, keep: bool = True
+    ) -> ExactHit | None:
+        """The entry read from L2 for ``key``, judged; kept in L1 unless ``keep`` is false (a
+        delete was learned while it was read: the emptied L1 must not get it back)."""
         try:
             entry = decode_entry(record.value, record.watermark)
         except CorruptEntry as exc:
@@ -321,7 +327,8 @@ class ExactTier:
             self.link.delete(key)
             self._miss()
             return None
-        self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
+        if keep:
+            self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
         if not self._declares(entry, tags):
             self._miss()
             return None
