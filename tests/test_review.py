@@ -53,7 +53,9 @@ def _browser() -> webdriver.Chrome:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Cache, str]]:
-    cache = Cache(path=tmp_path / "c.sqlite3", faq=False,
+    # warm: the semantic tier open before the first lookup (opening in the background, a
+    # loaded machine let the paraphrase below miss)
+    cache = Cache(path=tmp_path / "c.sqlite3", faq=False, warm=True,
                   semantic=Semantic(vector_path=tmp_path / "v", learn=Learn()))  # fmt: skip
     request = cache.request(STORED)
     cache.lookup(request)
