@@ -31,21 +31,8 @@ def write_and_exit(options: dict[str, Any], questions: list[str]) -> None:
 def hold_until_invalidated(options: dict[str, Any], ready: Queue, started: Queue) -> None:
     """Keep a tagged entry hot in L1, then report how long after the parent's invalidation
     (a wall-clock time it sends) the first miss came."""
-    with Cache(**options) as cache:
-        req = cache.request("what does the handbook say?", tags=["handbook"])
-        cache.update(req, "page 12")
-        for _ in range(5):
-            assert cache.lookup(req) is not None
-        assert cache.exact.l1.get(cache.exact.key(req)) is not None
-        ready.put("ready")
-        invalidated_at = started.get(timeout=20)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if cache.lookup(req) is None:
-                ready.put(time.time() - invalidated_at)
-                return
-            time.sleep(0.005)
-        ready.put(None)
+    _hold_until_gone(options, "what does the handbook say?", ["handbook"], ready, started,
+                     ready_says=lambda key: "ready")  # fmt: skip
 
 
 def serve_until_told(
@@ -355,18 +342,33 @@ def admin_verbs(options: dict[str, Any], verbs: list[tuple[str, tuple[Any, ...]]
 def hold_until_deleted(options: dict[str, Any], ready: Queue, started: Queue) -> None:
     """Keep an entry hot in L1, send its id, then report how long after the parent deleted it
     (a wall-clock time it sends) the first miss came (``None``: still served after 10 s)."""
+    _hold_until_gone(options, "What does the handbook say about leave?", [], ready, started,
+                     ready_says=lambda key: key)  # fmt: skip
+
+
+def _hold_until_gone(
+    options: dict[str, Any],
+    question: str,
+    tags: list[str],
+    ready: Queue,
+    started: Queue,
+    ready_says: Any,
+) -> None:
+    """An entry hot in L1; ``ready_says(its key)`` on ``ready``; then, from the wall-clock time
+    the parent sends on ``started``, the seconds until the first miss (``None`` after 10 s)."""
     with Cache(**options) as cache:
-        req = cache.request("What does the handbook say about leave?")
+        req = cache.request(question, tags=tags)
         cache.update(req, "page 12")
         for _ in range(5):
             assert cache.lookup(req) is not None
-        assert cache.exact.l1.get(cache.exact.key(req)) is not None
-        ready.put(cache.exact.key(req))
-        deleted_at = started.get(timeout=20)
+        key = cache.exact.key(req)
+        assert cache.exact.l1.get(key) is not None
+        ready.put(ready_says(key))
+        gone_at = started.get(timeout=20)
         deadline = time.time() + 10
         while time.time() < deadline:
             if cache.lookup(req) is None:
-                ready.put(time.time() - deleted_at)
+                ready.put(time.time() - gone_at)
                 return
             time.sleep(0.005)
         ready.put(None)

@@ -505,19 +505,7 @@ class RedisSearchIndex:
 
     # the points left when the index was made again: indexed again off the request path ----
     def _start_reindex(self) -> None:
-        thread = self._reindexer
-        if (thread is not None and thread.is_alive()) or self._stop.is_set():
-            return
-        with self._lock:
-            if self._reindexer is not None and self._reindexer.is_alive():
-                return
-            self._reindexer = threading.Thread(
-                target=_reindex_forever,
-                args=(weakref.ref(self), self._stop),
-                name="tricache-vector-reindex",
-                daemon=True,
-            )
-            self._reindexer.start()
+        self._start("_reindexer", "reindex", _reindex_forever, weakref.ref(self), self._stop)
 
     def _reindex(self, token: str, stop: threading.Event) -> bool:
         """Index again the points the marker says are pending, a batch at a time, while this
@@ -571,19 +559,23 @@ class RedisSearchIndex:
 
     # discards: deleted off the request path ------------------------------------------------
     def _start_worker(self) -> None:
-        worker = self._worker
-        if (worker is not None and worker.is_alive()) or self._stop.is_set():
+        self._start("_worker", "discards", _discard_forever, weakref.ref(self), self._wake,
+                    self._stop)  # fmt: skip
+
+    def _start(self, attr: str, job: str, target: Any, *args: Any) -> None:
+        """A daemon thread on ``target(*args)`` in ``self.<attr>``, unless one runs there (or
+        the index is closing); the lock is taken only to start one."""
+        thread = getattr(self, attr)
+        if (thread is not None and thread.is_alive()) or self._stop.is_set():
             return
         with self._lock:
-            if self._worker is not None and self._worker.is_alive():
+            thread = getattr(self, attr)
+            if thread is not None and thread.is_alive():
                 return
-            self._worker = threading.Thread(
-                target=_discard_forever,
-                args=(weakref.ref(self), self._wake, self._stop),
-                name="tricache-vector-discards",
-                daemon=True,
-            )
-            self._worker.start()
+            thread = threading.Thread(target=target, args=args, daemon=True,
+                                      name=f"tricache-vector-{job}")  # fmt: skip
+            setattr(self, attr, thread)
+            thread.start()
 
     def _flush_discards(self, client: Any = None) -> None:
         """Delete the discarded points still waiting (raises when the server fails: they
