@@ -21,6 +21,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -606,22 +607,25 @@ class Cache:
         """What the cache holds for this namespace: each current entry's id (its key), the
         question it answers as asked, its answer, tags, category and when it was computed.
         ``tag``, ``prefix`` (of the question, case-insensitive) and ``category`` filter; at
-        most ``limit``.  An admin verb: it reads the whole store (``StoreUnavailable`` when it
-        cannot)."""
+        most ``limit`` (``0``: none).  An admin verb: it streams the store, one entry at a
+        time, until ``limit`` entries are found (``StoreUnavailable`` when it cannot)."""
         if limit is not None and limit < 0:
             raise ValueError("limit must be >= 0")
         wanted = prefix.casefold() if prefix else None
         found: list[Entry] = []
-        for key, entry in self.exact.entries():
-            if tag is not None and tag not in entry.tag_versions:
-                continue
-            if category is not None and entry.category != category:
-                continue
-            if wanted is not None and not entry.asked.casefold().startswith(wanted):
-                continue
-            found.append(Entry.of(key, entry))
-            if limit is not None and len(found) >= limit:
-                break
+        if limit == 0:
+            return found
+        with closing(self.exact.entries()) as scanned:  # (a scan left early ends now)
+            for key, entry in scanned:
+                if tag is not None and tag not in entry.tag_versions:
+                    continue
+                if category is not None and entry.category != category:
+                    continue
+                if wanted is not None and not entry.asked.casefold().startswith(wanted):
+                    continue
+                found.append(Entry.of(key, entry))
+                if limit is not None and len(found) >= limit:
+                    break
         return found
 
     def entry(self, entry_id: str) -> Entry | None:

@@ -19,7 +19,7 @@ and ``put_steps``, which ``Cache`` drives with blocking or awaited store calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -527,7 +527,7 @@ class ExactTier:
         """Entries whose requests began before ``watermark`` (store clock) become stale."""
         return self.sync.set_min_watermark(watermark)
 
-    def entries(self) -> Iterator[tuple[str, CacheEntry]]:
+    def entries(self) -> Generator[tuple[str, CacheEntry], None, None]:
         """Every current entry of the namespace in L2 (or L1 without a store), key and entry:
         what ``Cache.entries`` lists.  Stale and corrupt ones are skipped (``evict`` deletes
         them)."""

@@ -395,14 +395,16 @@ class SQLiteStore:
         return (key for (key,) in rows)
 
     def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
+        """The namespace's live entries, one row at a time (a caller that wants one holds one,
+        not the file), on a connection of its own, closed when the scan ends or is closed."""
         with closing(self._connect()) as db:
             rows = db.execute(
                 "SELECT key, value, watermark FROM entries WHERE key >= ? AND key < ?"
                 " AND expires_at > ?",
                 (*_prefix_range(namespace), self._clock()),
-            ).fetchall()
-        for key, value, watermark in rows:
-            yield key, Record(bytes(value), watermark)
+            )
+            for key, value, watermark in rows:
+                yield key, Record(bytes(value), watermark)
 
     def written_since(self, namespace: str, cursor: str) -> WrittenKeys:
         low, high = _prefix_range(namespace)
