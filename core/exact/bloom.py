@@ -51,6 +51,8 @@ class KeyFilter:
         self._ready = False
         self._loading = False
         self._added_while_loading: list[str] = []
+        self._closed = threading.Event()  # the store is closing: no load starts or goes on
+        self._loader: threading.Thread | None = None
         self._lock = threading.Lock()  # one catch-up at a time (it reads the store)
         # every call into the filter: rbloom hashes with a Python function, so another thread
         # can run in the middle of an update, and a read or add then would find it borrowed
@@ -78,6 +80,14 @@ class KeyFilter:
             self._bloom.add(key)
             if self._loading:  # a new filter is being built: it must have this key too
                 self._added_while_loading.append(key)
+
+    def close(self, timeout: float = 1.0) -> None:
+        """The store is about to close: no load starts, one under way stops at its next batch
+        (waited for, at most ``timeout`` seconds), and a read it then fails is no warning."""
+        self._closed.set()
+        loader = self._loader
+        if loader is not None and loader is not threading.current_thread():
+            loader.join(timeout)
 
     def sync_due(self) -> bool:
         return time.monotonic() - self._synced_at >= self.sync_s
@@ -107,6 +117,7 @@ class KeyFilter:
             complete = self._follow_log(store, namespace, fresh)
             if not complete:  # the log was trimmed: the full key list is the only truth
                 for keys in _batches(store.keys(namespace)):
+                    self._check_open()
                     fresh.update(keys)
             with self._filter_lock:
                 fresh.update(self._added_while_loading)
@@ -120,6 +131,7 @@ class KeyFilter:
         The store is read outside the filter's lock; each batch goes in under it."""
         complete = True
         while True:
+            self._check_open()
             batch = store.written_since(namespace, self._cursor)
             complete = complete and batch.complete
             with self._filter_lock:
@@ -129,20 +141,34 @@ class KeyFilter:
                 return complete
             time.sleep(0.002)
 
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise _Closed
+
     def _start_load(self, store: L2Store, namespace: str) -> None:
-        if self._loading:
+        if self._loading or self._closed.is_set():
             return
         self._loading = True
 
         def run() -> None:
             try:
                 self.load(store, namespace)
+            except _Closed:
+                pass
             except Exception as exc:  # stays not ready: every key is a "maybe"
-                log.warning("tricache: bloom filter load failed: %s", exc)
+                if self._closed.is_set():  # the store closed under it: nothing went wrong
+                    log.debug("tricache: bloom filter load ended by close: %s", exc)
+                else:
+                    log.warning("tricache: bloom filter load failed: %s", exc)
             finally:
                 self._loading = False
 
-        threading.Thread(target=run, name="tricache-bloom-load", daemon=True).start()
+        self._loader = threading.Thread(target=run, name="tricache-bloom-load", daemon=True)
+        self._loader.start()
+
+
+class _Closed(Exception):
+    """The filter was closed while loading (the load stops; nothing failed)."""
 
 
 def _batches(keys: Iterable[str], size: int = 2000) -> Iterator[list[str]]:

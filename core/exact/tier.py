@@ -613,7 +613,9 @@ class ExactTier:
         self.store.clear(self.namespace)
 
     def close(self) -> None:
-        self._upkeep.stop()
+        self._upkeep.stop(wait=1.0)  # a poll or catch-up under way ends before the store
+        if self.bloom is not None:
+            self.bloom.close()
         if self.store is not None:
             if self.breaker.allow():
                 self._tell_served(now=True)

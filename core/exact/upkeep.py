@@ -36,6 +36,7 @@ class Upkeep:
         self._stopped = threading.Event()
         self._pid = 0
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
         on_fork(self._after_fork)
 
     def _after_fork(self) -> None:
@@ -49,14 +50,20 @@ class Upkeep:
                 return
             self._pid = os.getpid()
             self._wake = threading.Event()  # a fork copied the parent's state: start clean
-            threading.Thread(target=self._run, name=self.name, daemon=True).start()
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
 
     def wake(self) -> None:
         self._wake.set()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """No more runs; wait at most ``wait`` seconds for one under way (what it reads may be
+        about to close)."""
         self._stopped.set()
         self._wake.set()
+        thread = self._thread
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join(wait)
 
     def _run(self) -> None:
         wake, pid = self._wake, os.getpid()
