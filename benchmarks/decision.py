@@ -10,11 +10,19 @@ Look-alikes: the public pair sets (pawsx_en, pawsx_zh, semantoneg) and the probe
 ``benchmarks/probes``, each pair in a scope of its own (an LLM key per pair) but in the pool
 the natural stream warmed: q1 stored, q2 asked.
 
-Contenders, each a real ``Cache`` on the embedded defaults: today's static decision (the rules
-and the calibrated threshold), a plain cosine threshold (no rules) swept 0.86-0.98, and the
-learned decision (``Learn(error_bound=δ)``) at δ = 0.5 %, 1 %, 2 %.
+Answers worded differently (``stackfaq``): each of its 1,249 paraphrased queries once, in random
+order; at each miss the stand-in model answers with one of the entry's real answers (seeded),
+and a served answer is right when it is one of its entry's answers.  ``stackfaq wrapped``: the
+same, each answer wrapped in rotating boilerplate ("Sure! Here's what you can do: … Hope this
+helps!"), right when what is inside the wrapper is one of its entry's answers.
 
-    python benchmarks/decision.py [--quick] [--sets banking77,clinc150] [--seeds 3]
+Contenders, each a real ``Cache`` on the embedded defaults: the rules alone (the calibrated
+threshold, ``Semantic(agreement=False)``: the decision before answer groups), the default
+decision (the rules, then the neighbours' agreement), a plain cosine threshold (no rules) swept
+0.86-0.98, and the learned decision (``Learn(error_bound=δ)``) at δ = 0.5 %, 1 %, 2 %.  Each
+stream is also cut in thirds: what each decision avoids as the cache fills.
+
+    python benchmarks/decision.py [--quick] [--sets banking77,clinc150,stackfaq] [--seeds 3]
 
 Writes benchmarks/results/decision.{md,json,png}.
 """
@@ -45,7 +53,12 @@ OUT = Path(__file__).resolve().parent / "results"
 STREAMS = {
     "banking77": "banking77/banking77_test.tsv",
     "clinc150": "clinc150/clinc150_test.tsv",
+    "stackfaq": "stackfaq/stackfaq_kb.jsonl",  # answers worded differently (``FaqQuery``)
 }
+OPENINGS = ["Sure! Here's what you can do:\n\n", "Great question. ", "Happy to help with that. ",
+            "Here is how it works: ", "Good news: this is possible. ", ""]  # fmt: skip
+CLOSINGS = ["\n\nHope this helps!", " Let me know if you have any other questions.",
+            " Good luck!", " I hope that answers your question.", ""]  # fmt: skip
 PAIRS = {
     "pawsx_en": "pawsx_en/pawsx_en_dev.tsv",
     "pawsx_zh": "pawsx_zh/pawsx_zh_test.tsv",
@@ -55,8 +68,9 @@ PROBE_SETS = ["lookalikes_evidence", "form_variants", "form_redteam", "reworded_
     f"heldout{n}_issue23" if n > 1 else "heldout_issue23" for n in range(1, 12)
 ]
 PLAIN = [0.98, 0.96, 0.94, 0.92, 0.90, 0.88, 0.86]
-WARMED = ("static (today)", "learned δ=1.0%", "learned δ=2.0%")  # look-alikes after a stream
-COLD = ("static (today)",)  # (a learned decision without labels is the static one)
+RULES, DEFAULT = "rules only (before)", "default (rules + agreement)"
+WARMED = (RULES, DEFAULT, "learned δ=1.0%")  # look-alikes after a stream
+COLD = (RULES, DEFAULT)
 SEMANTONEG_SAMPLE = 2000  # of its 5,000 pairs, label-balanced as the file is
 BOUNDS = [0.005, 0.01, 0.02]
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
@@ -67,6 +81,12 @@ _WORDS = re.compile(r"[a-z']+")
 class Query:
     text: str
     intent: str
+
+    def reply(self, rng: random.Random) -> str:
+        return self.answer
+
+    def right(self, served: str, asked_before: str) -> bool:
+        return served == self.answer and not opposed(self.text, asked_before)
 
     @property
     def answer(self) -> str:
@@ -91,7 +111,42 @@ def opposed(a: str, b: str) -> bool:
     )
 
 
-def read_stream(name: str) -> list[Query]:
+@dataclass(frozen=True)
+class FaqQuery:
+    """A paraphrased query of a stackfaq entry: its model answers with one of the entry's real
+    answers, wrapped in rotating boilerplate when ``wrapped``."""
+
+    text: str
+    answers: tuple[str, ...]
+    wrapped: bool = False
+
+    def reply(self, rng: random.Random) -> str:
+        answer = rng.choice(self.answers)
+        if self.wrapped:
+            answer = rng.choice(OPENINGS) + answer + rng.choice(CLOSINGS)
+        return answer
+
+    def right(self, served: str, asked_before: str) -> bool:
+        return _unwrapped(served) in self.answers
+
+
+def _unwrapped(text: str) -> str:
+    for opening in OPENINGS:
+        if opening and text.startswith(opening):
+            text = text[len(opening) :]
+            break
+    for closing in CLOSINGS:
+        if closing and text.endswith(closing):
+            return text[: -len(closing)]
+    return text
+
+
+def read_stream(name: str) -> list[Query] | list[FaqQuery]:
+    if name.startswith("stackfaq"):
+        with (DATA / STREAMS["stackfaq"]).open(encoding="utf-8") as f:
+            entries = [json.loads(line) for line in f if line.strip()]
+        return [FaqQuery(q, tuple(e["answers"]), wrapped=name.endswith("wrapped"))
+                for e in entries for q in e["paraphrased_queries"]]  # fmt: skip
     with (DATA / STREAMS[name]).open(encoding="utf-8", newline="") as f:
         rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         return [Query(r["text"], r["intent"]) for r in rows]
@@ -105,7 +160,10 @@ def contenders() -> dict[str, Callable[[Path], Cache]]:
 
         return build
 
-    found = {"static (today)": make(Semantic(audit=False))}
+    found = {
+        RULES: make(Semantic(audit=False, agreement=False)),
+        DEFAULT: make(Semantic(audit=False)),
+    }
     for t in PLAIN:
         found[f"plain @{t:.2f}"] = make(Semantic(audit=False, threshold=t, guards=()))
     for d in BOUNDS:
@@ -113,22 +171,32 @@ def contenders() -> dict[str, Callable[[Path], Cache]]:
     return found
 
 
-def run_stream(cache: Cache, stream: list[Query]) -> dict[str, float]:
-    hits = wrong = 0
+def run_stream(cache: Cache, stream: list[Query] | list[FaqQuery], seed: int = 0) -> dict[str, Any]:
+    """Calls avoided and wrong answers served, over the stream and over each third of it."""
     learning = cache.semantic.learning if cache.semantic is not None else None
+    rng = random.Random(seed)
+    served: list[tuple[bool, bool]] = []  # (a hit, a wrong one) per query
     for query in stream:
         request = cache.request(query.text)
         hit = cache.lookup(request)
         if hit is not None:
-            hits += 1
             asked_before = hit.matched_question or query.text  # (an exact hit: the same)
-            wrong += hit.text != query.answer or opposed(query.text, asked_before)
+            served.append((True, not query.right(hit.text, asked_before)))
         else:
-            cache.update(request, query.answer)
+            served.append((False, False))
+            cache.update(request, query.reply(rng))
             if learning is not None:
                 learning.drain()  # labels in before the next query: reproducible
     n = max(len(stream), 1)
-    return {"requests": len(stream), "avoided": hits / n, "wrong": wrong / n}
+    third = max(len(served) // 3, 1)
+    parts = [served[k * third : (k + 1) * third] for k in range(3)]
+    return {
+        "requests": len(stream),
+        "avoided": sum(h for h, _ in served) / n,
+        "wrong": sum(w for _, w in served) / n,
+        "thirds": [sum(h for h, _ in p) / max(len(p), 1) for p in parts],
+        "thirds_wrong": [sum(w for _, w in p) / max(len(p), 1) for p in parts],
+    }
 
 
 def run_pairs(cache: Cache, pairs: list[tuple[str, str, int]]) -> dict[str, float]:
@@ -161,7 +229,7 @@ def read_pair_set(name: str) -> list[tuple[str, str, int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", default=",".join(STREAMS))
+    parser.add_argument("--sets", default="banking77,clinc150,stackfaq,stackfaq_wrapped")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="800 queries, 1 seed, 300 pairs")
     parser.add_argument("--only", default="", help="contenders whose name holds this")
@@ -174,7 +242,7 @@ def main() -> None:
         queries = read_stream(name)
         seeds = args.seeds
         if args.quick:
-            queries, seeds = random.Random(7).sample(queries, 800), 1
+            queries, seeds = random.Random(7).sample(queries, min(800, len(queries))), 1
         orders = []
         for seed in range(seeds):
             order = list(queries)
@@ -190,7 +258,7 @@ def main() -> None:
                     cache = build(Path(tmp))
                     if cache.semantic is not None and cache.semantic.learning is not None:
                         cache.semantic.learning.rng = random.Random(len(results["streams"]))
-                    row = run_stream(cache, stream)
+                    row = run_stream(cache, stream, seed=len(label))
                     if label.endswith("(seed 0)") and who in WARMED:
                         # the look-alike sets, in the pool this stream warmed
                         results["pairs"].setdefault(f"after {name}", {})[who] = {
@@ -231,13 +299,30 @@ def write(results: dict[str, Any], out: Path, command: str, took: float, quick: 
     for label, row in streams.items():
         cells = [f"{r['avoided']:.1%} / {r['wrong']:.2%}" for r in row.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "## As the cache fills", "",
+              "Calls avoided / wrong answers in each third of the stream (seeds averaged).", "",
+              "| set | decision | first third | second third | last third |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for name in sorted({label.split()[0] for label in streams}):
+        seeded = [
+            r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label
+        ]
+        for who in names:
+            cells = [
+                f"{sum(r[who]['thirds'][k] for r in seeded) / len(seeded):.1%} / "
+                f"{sum(r[who]['thirds_wrong'][k] for r in seeded) / len(seeded):.2%}"
+                for k in range(3)
+            ]
+            lines.append(f"| {name} | {who} | " + " | ".join(cells) + " |")
     lines += ["", "## Against the plain threshold, at matched wrong rates", "",
               "The plain threshold's curve (seeds averaged), read at each decision's wrong rate:"
               " what a threshold alone avoids at the same share of wrong answers.", "",
               "| set | decision | avoided / wrong | plain threshold at that wrong rate |",
               "|---|---|---|---|"]  # fmt: skip
     for name in sorted({label.split()[0] for label in streams}):
-        seeded = [r for label, r in streams.items() if label.startswith(name) and "seed" in label]
+        seeded = [
+            r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label
+        ]
         curve = _mean_curve(seeded, [w for w in names if w.startswith("plain")])
         for who in [w for w in names if not w.startswith("plain")]:
             avoided = sum(r[who]["avoided"] for r in seeded) / len(seeded)
@@ -262,6 +347,11 @@ def write(results: dict[str, Any], out: Path, command: str, took: float, quick: 
     (out / f"{stem}.md").write_text(text, encoding="utf-8")
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     _plot(streams, names, out / f"{stem}.png")
+
+
+def _seeded(streams: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The rows of ``name``'s seeded random orders."""
+    return [r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label]
 
 
 def _mean_curve(rows: list[dict[str, Any]], plain: list[str]) -> list[tuple[float, float]]:
@@ -295,7 +385,9 @@ def _plot(streams: dict[str, Any], names: list[str], path: Path) -> None:
     figure = Figure(figsize=(6 * len(sets), 4.5))
     axes = figure.subplots(1, len(sets), squeeze=False)[0]
     for ax, name in zip(axes, sets, strict=True):
-        seeded = [r for label, r in streams.items() if label.startswith(name) and "seed" in label]
+        seeded = [
+            r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label
+        ]
         plain = [w for w in names if w.startswith("plain")]
         curve = _mean_curve(seeded, plain)
         ax.plot([w * 100 for w, _ in curve], [a * 100 for _, a in curve], "o-", color="grey",

@@ -289,8 +289,7 @@ class Cache:
             return None
         start = time.perf_counter()
         try:
-            key = asked.key if tier.learns else ""
-            found = tier.lookup(asked.request, self.exact.fetch, key, located=asked.located,
+            found = tier.lookup(asked.request, self.exact.fetch, asked.key, located=asked.located,
                                 cacheable=partial(asked.cacheable, self.tiers.judge))  # fmt: skip
             self.tiers.breaker.success()
         except Exception as exc:

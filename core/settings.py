@@ -180,6 +180,9 @@ class Semantic:
     audit_questions: bool = True  # the questions in full (tricache review); False: hashes only
     vector_path: str | Path | None = None  # where this machine's replicas of the index live
     learn: Learn | None = None  # learn decisions from the app's traffic (off: the threshold)
+    # stored neighbours that got the same answer raise a candidate's score (``decision.py``);
+    # False: the cosine and the guards alone
+    agreement: bool = True
     # where the vectors are searched: "auto" (the Redis query engine when the store is a Redis
     # that has it, else each process's replica), "replica", "redis-search", or Qdrant(...)
     index: str | Qdrant = "auto"
@@ -198,6 +201,7 @@ class Semantic:
             raise TypeError("Semantic(reranker=...) takes (question, candidates) -> scores")
         _number("Semantic", "rerank_threshold", self.rerank_threshold, -1e9, 1e9)
         _flag("Semantic", "audit", self.audit)
+        _flag("Semantic", "agreement", self.agreement)
         _flag("Semantic", "audit_questions", self.audit_questions)
         _optional("Semantic", "vector_path", self.vector_path, (str, Path))
         _optional("Semantic", "learn", self.learn, Learn)

@@ -126,7 +126,7 @@ class TierLoader:
         tier = self.ready_semantic()
         if tier is not None and self.breaker.allow():
             try:
-                tier.index_drafts([draft])
+                tier.index_drafts([tier.grouped(draft, entry.text, self.exact.fetch)])
                 self.breaker.success()
                 return
             except Exception as exc:

@@ -92,6 +92,7 @@ def open_semantic(
             audit=audit,
             learning=learning,
             learns=settings.learn is not None,
+            agreement=settings.agreement,
             # the query engine of the store's own server: a lookup whose store call failed
             # (or whose breaker is open) does not wait for it a second time
             index_on_store=getattr(index, "name", "") == "redis-search",

@@ -36,8 +36,17 @@ from ..key.request import CacheRequest
 from ..ops.metrics import Metrics
 from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
-from .decision import agreement, classify
+from .decision import (
+    AGREE_BONUS,
+    AGREE_MARGIN,
+    NEIGHBOUR_FLOOR,
+    agreed_score,
+    agreeing,
+    agreement,
+    classify,
+)
 from .embed import Embedder
+from .groups import Near, Neighbour, joined_group
 from .guards.cacheable import is_cacheable
 from .guards.canonical import canonical
 from .guards.checks import (
@@ -155,6 +164,7 @@ class SemanticTier:
         audit: AuditLog | None = None,
         learning: Learning | None = None,
         learns: bool = True,
+        agreement: bool = DEFAULT_SEMANTIC.agreement,
         index_on_store: bool = False,
         forget_elsewhere: Callable[[list[str]], None] | None = None,
     ) -> None:
@@ -190,6 +200,8 @@ class SemanticTier:
         self.audit = audit
         self.learning = learning  # shared with the FAQ (``Faq(learn=...)``)
         self.learns = learning is not None and learns  # this tier's decisions learn too
+        self.agreement = agreement  # neighbours holding one answer raise its score
+        self.near = Near()  # what each recent miss found, for its answer's group
         warm_up()
 
     # lookup --------------------------------------------------------------------------------
@@ -251,15 +263,25 @@ class SemanticTier:
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
         keep = min(static, learning.floor) if learning else static
+        rescore_from = keep  # (a neighbour further down only counts: ``_candidates``)
+        if self.agreement and learning is None:  # the neighbours that may agree with one
+            keep = min(keep, NEIGHBOUR_FLOOR)
         if learning is not None:
             learning.looked(pool)
-        candidates = self._candidates(query, vector, where, keep, decision)
+        candidates = self._candidates(query, vector, where, keep, decision,
+                                      rescore_from=rescore_from)  # fmt: skip
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
+        hit: SemanticHit | None
         if learning is None:
-            return self._decide_static(candidates, query, resolve, decision)
-        return self._decide_learned(candidates, query, resolve, decision, learning, pool, key,
-                                    request.category, question)  # fmt: skip
+            hit = self._decide_static(candidates, query, resolve, decision, static)
+        else:
+            hit = self._decide_learned(candidates, query, resolve, decision, learning, pool,
+                                       key, request.category, question)  # fmt: skip
+        if hit is None:  # its answer may join the group of one of them (``groups.py``)
+            self.near.remember(key, [Neighbour(str(c.payload.get("ref", "")), answer, c.score)
+                                     for c in candidates if (answer := _answer_of(c))])  # fmt: skip
+        return hit
 
     def _decide_static(
         self,
@@ -267,19 +289,38 @@ class SemanticTier:
         query: str,
         resolve: Callable[[str], CacheEntry | None],
         decision: Decision,
+        threshold: float,
     ) -> SemanticHit | None:
-        """Today's rules: the first candidate no guard refuses, at the calibrated threshold."""
-        for candidate in candidates:
-            cached = str(candidate.payload.get("question", ""))
-            reason, ran = check(cached, query, self.guards)
-            decision.guards = ran
+        """Today's rules, then the neighbours: a candidate at the calibrated ``threshold`` that
+        passes every guard is served, as it always was; one under it, or refused by a soft
+        rule, is served when stored neighbours got its answer (``decision.agreed_score``) and
+        no hard rule refuses it.  Best first by that score."""
+        groups: list[str | None] = [_answer_of(c) if self.agreement else None
+                                    for c in candidates]  # fmt: skip
+        agreed = [agreeing(groups, i) for i in range(len(candidates))]
+        ranked = sorted(range(len(candidates)),
+                        key=lambda i: -(candidates[i].score + AGREE_BONUS * agreed[i]))  # fmt: skip
+        judged = _Judged(self, candidates, query)
+        for i in ranked:
+            candidate = candidates[i]
+            if candidate.score + AGREE_BONUS * agreed[i] < threshold:
+                break
+            reason: str | None = "threshold"
+            by = "threshold"
+            if candidate.score >= threshold:
+                reason, decision.guards = check(str(candidate.payload.get("question", "")),
+                                                query, self.guards)  # fmt: skip
+            if reason is not None and agreed[i]:
+                _note(decision, candidate.id, agreeing=agreed[i])
+                reason, by = judged.agreed(i, groups, agreed[i], threshold), "agreement"
             if reason is not None:
                 decision.rejected[candidate.id] = reason
-                self.metrics.incr(TIER, f"guard_{reason}")
+                if reason != "threshold":
+                    self.metrics.incr(TIER, f"guard_{reason}")
                 continue
             entry = self._resolve(candidate, resolve, decision)
             if entry is not None:
-                return self._hit(candidate, entry, decision, "threshold")
+                return self._hit(candidate, entry, decision, by)
         self.metrics.incr(TIER, "misses")
         return None
 
@@ -404,6 +445,8 @@ class SemanticTier:
         scope: dict[str, str],
         threshold: float,
         decision: Decision | None = None,
+        *,
+        rescore_from: float | None = None,
     ) -> list[Candidate]:
         """Candidates scoring ``threshold`` or more.  The search reaches ``_RESCORE_MARGIN``
         below it, on the texts as asked; a candidate is scored again only where the two
@@ -413,12 +456,17 @@ class SemanticTier:
         embedders are case-sensitive, and lowering every question was measured to raise
         look-alike false hits).  Nothing that maps one word to another moves a score: a word
         one letter from another is another word ("lanoxin" / "lanolin") unless the traffic
-        shows otherwise."""
+        shows otherwise.  Only a candidate found ``_RESCORE_MARGIN`` under ``rescore_from``
+        (default: ``threshold``) or nearer is scored again: the neighbours searched further
+        down for their agreement keep the score they have."""
         floor = max(0.0, threshold - _RESCORE_MARGIN)
+        rescored = max(0.0, (threshold if rescore_from is None else rescore_from) - _RESCORE_MARGIN)
         near = self._plausible(self.index.search(vector, scope, self.top_k, floor))
         new = canonical(query)
         pairs: dict[int, tuple[str, str]] = {}
         for i, candidate in enumerate(near):
+            if candidate.score < rescored:
+                continue
             cached = canonical(folded(str(candidate.payload.get("question", ""))))
             a, b = unify(cached, new)
             if _caseless(_embeddable(b)) and not _caseless(a):
@@ -525,6 +573,18 @@ class SemanticTier:
                 self.index.upsert(*point)
         self.metrics.incr(TIER, "writes", len(drafts))
 
+    def grouped(
+        self, draft: Draft, answer: str, resolve: Callable[[str], CacheEntry | None]
+    ) -> Draft:
+        """``draft`` (of a miss's answer) in the answer group of the nearest candidate its
+        lookup found whose answer says the same, if any (``groups.py``)."""
+        near = self.near.take(str(draft.get("ref", "")))
+        group = joined_group(answer, near, resolve, self.embedder.embed) if near else None
+        if group is None:
+            return draft
+        self.metrics.incr(TIER, "groups_joined")
+        return {**draft, "answer": group}
+
     def forget(self, ref: str, namespace: str) -> None:
         """Remove the question indexed for the exact entry ``ref`` of ``namespace``, from
         every kind of index the namespace may have (``forget_elsewhere``)."""
@@ -566,8 +626,8 @@ class _Judged:
         tier: SemanticTier,
         candidates: list[Candidate],
         query: str,
-        learning: Learning,
-        pool: str,
+        learning: Learning | None = None,
+        pool: str = "",
     ) -> None:
         self.tier, self.candidates, self.query = tier, candidates, query
         self.learning, self.pool = learning, pool
@@ -583,8 +643,26 @@ class _Judged:
             fired = verdicts(self.question(i), self.query, self.tier.guards)
             only_words = fired and set(fired) <= WORD_RULES
             words = differing_words(self.question(i), self.query) if only_words else ""
-            self._rules[i] = (fired, words, self.learning.equivalent(self.pool, words))
+            equivalent = self.learning is not None and self.learning.equivalent(self.pool, words)
+            self._rules[i] = (fired, words, equivalent)
         return self._rules[i]
+
+    def agreed(
+        self, i: int, groups: list[str | None], agreeing: int, threshold: float
+    ) -> str | None:
+        """Why candidate ``i``, which ``agreeing`` neighbours agree with, is refused: a rule
+        other than the word rules (the hard ones, order, relation, mood, person, question
+        form), or a score under the bar (``decision.agreed_score``: the word rules' refusal a
+        penalty unless its group explains the words); ``None``: served."""
+        fired, _, _ = self.rules(i)
+        structural = [rule for rule in fired if rule not in WORD_RULES]
+        if structural:  # a hard rule, or order, relation, mood, person, question form
+            return structural[0]
+        unexplained = bool(fired) and not self.cluster_explains(i, groups)
+        score = agreed_score(self.candidates[i].score, agreeing, unexplained=unexplained)
+        if score < threshold + AGREE_MARGIN:
+            return fired[0] if unexplained else "threshold"
+        return None
 
     def cluster_explains(self, i: int, answers: list[str | None]) -> bool:
         """Whether the candidates holding candidate ``i``'s answer — paraphrases the LLM
