@@ -54,6 +54,8 @@ from .key.request import CacheRequest, Turn, is_entry_key, memo_bytes
 from .key.tenancy import current_tenant
 from .ops.ledger import FLUSH_S, Ledger, summary
 from .ops.metrics import Metrics, failed
+from .ops.requests import count_declined, count_lookup, in_request
+from .ops.requests import request as one_request
 from .runtime.exit import on_exit
 from .runtime.home import data_dir
 from .runtime.steps import Call, Off, Steps, arun, run
@@ -222,22 +224,28 @@ class Cache:
         ``semantic=False`` asks the exact tier only (for prompts that must match exactly);
         ``faq=False`` leaves the curated answers out (a call that wants tools called or an
         answer in a format: a curated text is not what it asks for)."""
-        return run(self.lookup_steps(self.asked(request), semantic, faq))
+        return self._app_lookup(run(self.lookup_steps(self.asked(request), semantic, faq)))
 
     async def alookup(
         self, request: CacheRequest, *, semantic: bool = True, faq: bool = True
     ) -> Hit | None:
         """``lookup`` from async code: store calls awaited, embedding in a thread."""
-        return await arun(self.lookup_steps(self.asked(request), semantic, faq))
+        return self._app_lookup(await arun(self.lookup_steps(self.asked(request), semantic, faq)))
+
+    def _app_lookup(self, hit: Hit | None) -> Hit | None:
+        if hit is None and not in_request(self.metrics):  # the app asks its model now
+            self.metrics.incr("requests", "lookup_misses")
+        return hit
 
     def lookup_steps(self, asked: Asked, semantic: bool, faq: bool = True) -> Steps[Hit | None]:
         """The lookup, once for both: exact → semantic → FAQ (steps: ``runtime/steps.py``)."""
-        self.metrics.incr("requests", "lookups")
+        count_lookup(self.metrics)  # once per request, whichever layers it passes
         faq = faq and semantic  # (curated answers match questions, as the semantic tier does)
         if faq and asked.tags:  # a curated answer is written under no tag: never served to
             self.metrics.incr("faq", "skipped_tagged")  # a request that declares one
             faq = False
         if not self._may_cache(asked):  # curated answers only
+            count_declined(self.metrics)  # (once per request: ``tricache stats``)
             if not faq:
                 return None
             return self._unlabelled(asked, (yield Off(self._faq_lookup, asked)))
@@ -455,7 +463,8 @@ class Cache:
         steps = answer_steps(self, request, Call(ask, _unused), convert, served,
                              semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
                              category=category)  # fmt: skip
-        return run(steps)
+        with one_request(self.metrics):
+            return run(steps)
 
     async def aanswer(
         self,
@@ -474,7 +483,8 @@ class Cache:
         steps = answer_steps(self, request, Call(_unused, ask), convert, served,
                              semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
                              category=category)  # fmt: skip
-        return await arun(steps)
+        with one_request(self.metrics):
+            return await arun(steps)
 
     def stream(
         self,
@@ -495,8 +505,9 @@ class Cache:
         meanwhile replay that one stream as it comes, and end as it ends (its error when it
         failed, ``LeaderLeft`` when its reader left it unfinished)."""
         options = dict(semantic=semantic, ttl=_ttl(ttl), category=category)
-        return stream_outcome(self, self.asked(request), open_stream, combine, replay, options,
-                              faq=faq, coalescer=coalescer)  # fmt: skip
+        with one_request(self.metrics):
+            return stream_outcome(self, self.asked(request), open_stream, combine, replay,
+                                  options, faq=faq, coalescer=coalescer)  # fmt: skip
 
     async def astream(
         self,
@@ -514,8 +525,9 @@ class Cache:
         """``stream`` from async code (``open_stream`` returns an async iterator, or a
         coroutine that makes one): the tasks of one event loop share a stream."""
         options = dict(semantic=semantic, ttl=_ttl(ttl), category=category)
-        return await astream_outcome(self, self.asked(request), open_stream, combine, replay,
-                                     options, faq=faq, coalescer=coalescer)  # fmt: skip
+        with one_request(self.metrics):
+            return await astream_outcome(self, self.asked(request), open_stream, combine,
+                                         replay, options, faq=faq, coalescer=coalescer)  # fmt: skip
 
     def update_answer(
         self,

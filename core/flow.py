@@ -38,6 +38,7 @@ from .exact.coalesce import NOTHING, Coalescer, Flight, LeaderLeft
 from .exact.versions import Stamp
 from .hit import Hit
 from .key.asked import Asked
+from .ops.requests import asking
 from .runtime.steps import Call, Enter, Steps, arun, run
 
 if TYPE_CHECKING:
@@ -205,7 +206,8 @@ def answer_steps(
             if found is not None:
                 return found
             began = cache.exact.began(asked.key)
-    produced = yield ask
+    with asking(cache.metrics):  # what reached the model (a coalesced wait did not)
+        produced = yield ask
     answer = converted(produced, convert)
     allowed = Reuse.NEVER if answer is None else reuse(answer)
     stored = answer is not None and (
@@ -361,7 +363,9 @@ def stream_outcome(
             again = partial(stream_outcome, cache, asked, open_stream, combine, replay, options,
                             faq=faq, coalescer=coalescer, turns=turns)  # fmt: skip
             return Outcome(_following(flight, again), hit)
-    return Outcome(recording(cache, asked, open_stream(), combine, options), None)
+    with asking(cache.metrics):
+        chunks = open_stream()
+    return Outcome(recording(cache, asked, chunks, combine, options), None)
 
 
 def _following(flight: Flight, again: Callable[[], Outcome[Iterator[C]]]) -> Iterator[C]:
@@ -398,7 +402,8 @@ def _head(
                 return Outcome(_shared(flight, iter(found.answer)), found.hit)
             options = {**options, "began": cache.exact.began(asked.key)}
         flight.pulling(True)
-        chunks = iter(open_stream())
+        with asking(cache.metrics):
+            chunks = iter(open_stream())
     except BaseException as exc:
         flight.leave(exc)
         raise
@@ -464,7 +469,8 @@ async def astream_outcome(
             again = partial(astream_outcome, cache, asked, open_stream, combine, replay,
                             options, faq=faq, coalescer=coalescer, turns=turns)  # fmt: skip
             return Outcome(_afollowing(flight, again), hit)
-    stream = await opened(open_stream())
+    with asking(cache.metrics):
+        stream = await opened(open_stream())
     return Outcome(arecording(cache, asked, stream, combine, options), None)
 
 
@@ -488,7 +494,8 @@ async def _ahead(
                 return Outcome(_ashared(flight, found.answer), found.hit)
             options = {**options, "began": cache.exact.began(asked.key)}
         flight.pulling(True)
-        chunks = await opened(open_stream())
+        with asking(cache.metrics):
+            chunks = await opened(open_stream())
     except BaseException as exc:
         await flight.aleave(exc)
         raise

@@ -8,6 +8,10 @@ exit has begun), and calls ``checkpoint()`` between its steps; objects that run 
 register a hook.  The hooks run when the main thread has ended, before Python joins its
 threads, runs its ``atexit`` handlers and finalizes; then the exit waits for the native steps
 under way, and no longer.
+
+Work that must outlive the process (counters not yet in the shared store) registers with
+``on_terminate`` too: it runs at the exit, and when SIGTERM ends the process (a container
+stopped, a worker recycled) before the process dies of the signal, within ``TERM_BUDGET_S``.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import atexit
 import contextlib
 import logging
 import os
+import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 
-__all__ = ["Exiting", "checkpoint", "exiting", "native", "on_exit"]
+__all__ = ["TERM_BUDGET_S", "Exiting", "checkpoint", "exiting", "native", "on_exit", "on_terminate"]
 
 log = logging.getLogger("tricache")
 
@@ -29,6 +34,9 @@ _hooks_lock = threading.Lock()
 _exiting = threading.Event()
 _native = threading.Condition()
 _native_steps = 0  # native steps under way in background threads
+_term_hooks: list[weakref.WeakMethod[Callable[[], None]]] = []
+_sigterm_installed = False
+TERM_BUDGET_S = 2.0  # what SIGTERM's hooks may take before the process dies of it
 
 
 class Exiting(Exception):
@@ -67,6 +75,50 @@ def on_exit(hook: Callable[[], None]) -> None:
     with _hooks_lock:
         _hooks[:] = [ref for ref in _hooks if ref() is not None]
         _hooks.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
+
+
+def on_terminate(hook: Callable[[], None]) -> None:
+    """Run the bound method ``hook`` at interpreter exit and when SIGTERM ends the process
+    (if its object still lives).  The SIGTERM handler is installed only where SIGTERM has its
+    default action and from the main thread; the process then still dies of the signal."""
+    with _hooks_lock:
+        _term_hooks[:] = [ref for ref in _term_hooks if ref() is not None]
+        _term_hooks.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
+    on_exit(hook)
+    _install_sigterm()
+
+
+def _install_sigterm() -> None:
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the app handles it (its exit runs the ``on_exit`` hooks) or ignores it
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):  # no signals here (an embedded interpreter)
+        return
+    _sigterm_installed = True
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    # (in a thread: the main thread, interrupted here, may hold a lock a hook needs)
+    worker = threading.Thread(target=_run_term_hooks, name="tricache-sigterm", daemon=True)
+    worker.start()
+    worker.join(TERM_BUDGET_S)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # dies of it, as it would have without tricache
+
+
+def _run_term_hooks() -> None:
+    with _hooks_lock:
+        hooks = [ref() for ref in _term_hooks]
+    for hook in hooks:
+        if hook is not None:
+            try:
+                hook()
+            except Exception as exc:
+                log.debug("tricache: SIGTERM hook failed: %s", exc)
 
 
 def _in_child() -> None:  # a lock held by a parent thread at the fork stays held in the child

@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperGroup
@@ -611,50 +612,87 @@ def stats(
         str, typer.Option(help="How far back: 30m, 1h, 1d (the store keeps 8 days).")
     ] = "1h",
     watch: Annotated[
-        bool, typer.Option("--watch", help="Refresh every 10 s until Ctrl-C.")
+        bool,
+        typer.Option(
+            "--watch",
+            help="Refresh until Ctrl-C (a store that stops answering is reported, and watched on).",
+        ),
     ] = False,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between refreshes with --watch.", min=0.1)
+    ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     redis_url: RedisUrl = None,
     path: Path_ = None,
     namespace: Namespace = "default",
 ) -> None:
-    """What the running app did: every process's lookups, hits and hit rate per tier, LLM
-    calls, tokens and cost saved, answers reported wrong (from the shared store)."""
+    """What the running app did: every process's requests (each counted once, whichever
+    layers it passed), hits and hit rate per tier, calls that reached the LLM, callers that
+    waited for another's (coalesced), what the cache declined to store or serve, tokens and
+    cost saved, answers reported wrong (from the shared store)."""
     seconds = _duration(window)
     with _maintenance(redis_url, path, namespace) as cache:
         while True:
-            figures = cache.shared_stats(seconds)
-            if as_json:
-                print(json.dumps(figures), flush=True)
+            try:
+                figures = _read_figures(cache, seconds)
+            except _expected_errors() as exc:
+                if not watch:
+                    raise
+                where = redis_url or path or data_dir() / "exact.sqlite3"
+                message = " ".join(_one_line(exc).split())
+                typer.echo(f"tricache: store unreachable ({where}): {message}; watching on",
+                           err=True)  # fmt: skip
             else:
-                console.print(_stats_table(figures, window, namespace))
+                if as_json:
+                    print(json.dumps(figures), flush=True)
+                else:
+                    console.print(_stats_table(figures, window, namespace))
             if not watch:
                 return
             try:
-                time.sleep(10)
+                time.sleep(interval)
             except KeyboardInterrupt:
                 return
+
+
+def _read_figures(cache: Cache, seconds: float) -> dict[str, Any]:
+    """Every process's figures; a store that does not answer raises (never a silent zero)."""
+    ledger = cache.ledger
+    if ledger is None:
+        return cache.shared_stats(seconds)
+    from ..ops.ledger import summary
+
+    return {"window_s": seconds, "processes": "all", **summary(ledger.read(seconds))}
 
 
 def _duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     try:
-        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
     except (ValueError, IndexError):
         raise CliError("a duration: 30m, 1h, 2d or seconds", f"--window {text}") from None
+    if not 0 < seconds < float("inf"):
+        raise CliError("a duration after now: 30m, 1h, 2d or seconds", f"--window {text}")
+    return seconds
 
 
 def _stats_table(figures: dict[str, Any], window: str, namespace: str) -> Table:
     table = Table(
-        title=f"namespace {namespace!r}, last {window} ({figures['processes']} processes)"
+        title=f"namespace {escape(repr(namespace))}, last {escape(window)} "
+        f"({figures['processes']} processes)"
     )
     table.add_column("figure")
     table.add_column("value", justify="right")
-    table.add_row("lookups", str(figures["lookups"]))
+    table.add_row("requests (lookups)", str(figures["lookups"]))
     for tier, hits in figures["hits"].items():
         table.add_row(f"{tier} hits", f"{hits} ({figures['hit_rate'][tier]:.1%})")
     table.add_row("hit rate, all tiers", f"{figures['hit_rate_total']:.1%}")
-    table.add_row("LLM calls", str(figures["llm_calls"]))
+    table.add_row("LLM calls (reached the model)", str(figures["llm_calls"]))
+    table.add_row("coalesced waits (another caller's call)", str(figures["coalesced"]))
+    table.add_row("LLM calls avoided", f"{figures['llm_calls_avoided']:.1%}")
+    skipped = figures["skipped"]
+    table.add_row("skipped: time-dependent", str(skipped["time_dependent"]))
+    table.add_row("FAQ not asked (context)", str(skipped["faq_context"]))
     table.add_row("tokens saved", str(figures["tokens_saved"]))
     table.add_row("cost saved", f"${figures['cost_saved_usd']:.4f}")
     table.add_row("answers reported wrong", str(figures["feedback"]["wrong"]))
