@@ -18,10 +18,11 @@ tokens).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CacheCollector", "exposition", "serve"]
+__all__ = ["CacheCollector", "counter_names", "exposition", "serve"]
 
 
 class CacheCollector:
@@ -54,7 +55,7 @@ class CacheCollector:
                         events.add_metric([tier, event], value)
                 continue
             for event, value in counters.items():
-                if event == "latency_ms":
+                if event == "latency_ms" and isinstance(value, dict):
                     for quantile, ms in value.items():
                         latency.add_metric([tier, "0." + quantile[1:]], ms / 1e3)
                     p95.add_metric([tier], value["p95"] / 1e3)
@@ -102,6 +103,27 @@ def _golden(stats: dict[str, Any]) -> Iterator[Any]:
     yield prefix
     yield tokens
     yield cost
+
+
+def counter_names(counts: dict[str, int]) -> dict[str, dict[str, int]]:
+    """``{"tier.event": n}`` as read from a shared store (any process, any version, or a row
+    written there by hand) grouped as ``stats()`` groups them, every name made a Prometheus
+    name (``[a-z0-9_]``, an underscore for anything else); ``latency_ms``, which ``stats()``
+    keeps for the latency samples, becomes ``latency_ms_count``; non-integers are left out."""
+    out: dict[str, dict[str, int]] = {}
+    for name, n in counts.items():
+        if not _int(n):
+            continue
+        tier, _, event = (_prometheus_name(part) for part in name.partition("."))
+        event = "latency_ms_count" if event == "latency_ms" else event or "count"
+        group = out.setdefault(tier, {})
+        group[event] = group.get(event, 0) + n
+    return out
+
+
+def _prometheus_name(text: str) -> str:
+    name = re.sub(r"[^a-z0-9_]", "_", text.lower())
+    return name if name[:1].isalpha() else f"_{name}"
 
 
 def _int(value: Any) -> bool:

@@ -707,13 +707,11 @@ class _SharedCounters:
         self.cache = cache
 
     def stats(self) -> dict[str, Any]:
+        from ..ops.prometheus import counter_names
+
         ledger = self.cache.ledger
         counts = ledger.read(STATS_KEPT_S) if ledger is not None else self.cache.metrics.counts()
-        out: dict[str, Any] = {}
-        for name, n in counts.items():
-            tier, _, event = name.partition(".")
-            out.setdefault(tier, {})[event] = n
-        return out
+        return dict(counter_names(counts))  # (a row written by hand cannot break the exposition)
 
 
 @app.command()
