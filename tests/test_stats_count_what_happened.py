@@ -217,7 +217,11 @@ def test_the_demo_says_where_its_figures_are(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert f"tricache stats --path {kept} --namespace demo-7" in text
-    assert stats_json("--path", str(kept), "--namespace", "demo-7")["lookups"] >= 10
+    said = re.search(r"LLM calls: (\d+) of 10", text)
+    assert said is not None
+    figures = stats_json("--path", str(kept), "--namespace", "demo-7")
+    assert figures["lookups"] == 10  # (each worker adds its own counters, once)
+    assert figures["llm_calls"] == int(said.group(1))
 
 
 # item 10 -----------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from typer.core import TyperGroup
 
 from ..cache import Cache
 from ..exact.link import StoreUnavailable
-from ..ops.metrics import Metrics
 from ..runtime.home import data_dir
 from ..settings import Exact, Faq, Qdrant, Semantic
 from ..stores.base import STATS_KEPT_S
@@ -214,11 +213,9 @@ def demo(
     with tempfile.TemporaryDirectory(prefix="tricache-demo-") as tmp:
         store_path = path or Path(tmp) / "demo.sqlite3"
         namespace = f"demo-{seed}"
-        metrics = Metrics()  # one set of counters for both workers
         faq = Faq(systems=(core_demo.SYSTEM,))  # the demo app's own prompt: curated answers fit
         workers = [
-            _open(redis_url, store_path, namespace, metrics=metrics, semantic=semantic, faq=faq)
-            for _ in range(2)
+            _open(redis_url, store_path, namespace, semantic=semantic, faq=faq) for _ in range(2)
         ]
         workers[0].clear()  # a fresh start, so the numbers mean the same every run
         workers[0].add_faq(core_demo.faq_entries())
@@ -235,12 +232,13 @@ def demo(
                 seed=seed,
                 on_step=lambda: progress.advance(task),
             )
-        stats = metrics.snapshot()
+        stats = core_demo.merged_counts(workers)
         if redis_url or qdrant_url:
             workers[0].clear()  # leave no demo entries in shared stores
         for worker in workers:
             worker.close()
     _print_demo(report, stats)
+    console.print(escape(core_demo.where_figures(namespace, path, redis_url)))
     if chart is None:
         console.print("(--chart demo.png writes these numbers as a PNG chart)")
         return

@@ -17,7 +17,15 @@ from pathlib import Path
 from ..cache import Cache
 from ..faq.store import FaqEntry
 
-__all__ = ["DemoReport", "StandInLLM", "run_demo", "workload", "write_chart"]
+__all__ = [
+    "DemoReport",
+    "StandInLLM",
+    "merged_counts",
+    "run_demo",
+    "where_figures",
+    "workload",
+    "write_chart",
+]
 
 SYSTEM = "You are the helpdesk assistant of ACME Cloud. Answer briefly."
 
@@ -209,6 +217,33 @@ def faq_entries() -> list[FaqEntry]:
 
 
 TIER_ORDER = ["exact", "semantic", "faq", "llm"]
+
+
+def merged_counts(caches: list[Cache]) -> dict[str, dict[str, int]]:
+    """The counters of the demo's workers, added up (``{tier: {event: n}}``).  Each worker
+    keeps its own: each adds its own to the store, and one set shared by two would be added
+    twice."""
+    out: dict[str, dict[str, int]] = {}
+    for cache in caches:
+        for name, n in cache.metrics.counts().items():
+            tier, _, event = name.partition(".")
+            out.setdefault(tier, {})[event] = out.get(tier, {}).get(event, 0) + n
+    return out
+
+
+def where_figures(namespace: str, path: Path | None, redis_url: str | None) -> str:
+    """Where the demo's figures went, and the command that shows them."""
+    if redis_url:
+        return (f"These figures were added to Redis ({redis_url}), namespace {namespace!r}: "
+                f"tricache stats --redis-url {redis_url} --namespace {namespace}")  # fmt: skip
+    if path is not None:
+        return (f"These figures were added to {path}, namespace {namespace!r}: "
+                f"tricache stats --path {path} --namespace {namespace}")  # fmt: skip
+    return (
+        "The demo ran on a temporary store, now deleted: `tricache stats` shows your app's "
+        f"store, not the demo's. To keep the demo's figures: tricache demo --path demo.sqlite3, "
+        f"then tricache stats --path demo.sqlite3 --namespace {namespace}"
+    )
 
 
 def write_chart(report: DemoReport, path: str | Path) -> Path:
