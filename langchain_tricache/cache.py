@@ -73,6 +73,10 @@ class TriCache(CacheVerbs, BaseCache):
         warnings.warn("TriCache.core is now TriCache.tricache", DeprecationWarning, stacklevel=2)
         return self.tricache
 
+    def _repr_html_(self) -> str:
+        """A notebook shows it as :class:`tricache.Cache` shows itself: what it did."""
+        return self.tricache._repr_html_()
+
     # sync ----------------------------------------------------------------------------------
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
         request, semantic = self._request(prompt, llm_string)
