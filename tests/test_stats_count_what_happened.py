@@ -152,6 +152,13 @@ def test_stats_shows_what_the_cache_declined(tmp_path: Path) -> None:
     assert figures["skipped"] == {"time_dependent": 2, "faq_context": 1}
 
 
+def test_the_readme_says_on_its_first_screen_what_is_declined_and_where_to_see_it() -> None:
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    first_screen = " ".join(readme.read_text(encoding="utf-8").splitlines()[:12])
+    assert "time-dependent" in first_screen and "FAQ not asked (context)" in first_screen
+    assert "tricache stats" in first_screen
+
+
 # item 9 ------------------------------------------------------------------------------------------
 def test_stats_refuses_a_negative_window() -> None:
     out = tricache("stats", "--window", "-5m")
