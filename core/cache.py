@@ -238,7 +238,17 @@ class Cache:
         return hit
 
     def lookup_steps(self, asked: Asked, semantic: bool, faq: bool = True) -> Steps[Hit | None]:
-        """The lookup, once for both: exact → semantic → FAQ (steps: ``runtime/steps.py``)."""
+        """The lookup, once for both: exact → semantic → FAQ (steps: ``runtime/steps.py``);
+        one row in the audit log (``tricache review``) when the semantic tier keeps one."""
+        tier = self.tiers.semantic
+        if tier is None or tier.audit is None:
+            return (yield from self._lookup_steps(asked, semantic, faq))
+        with tier.audit.watching() as seen:  # (the decision the semantic tier records)
+            hit = yield from self._lookup_steps(asked, semantic, faq)
+        tier.audit.looked_up(asked, hit, seen)
+        return hit
+
+    def _lookup_steps(self, asked: Asked, semantic: bool, faq: bool) -> Steps[Hit | None]:
         count_lookup(self.metrics)  # once per request, whichever layers it passes
         faq = faq and semantic  # (curated answers match questions, as the semantic tier does)
         if faq and asked.tags:  # a curated answer is written under no tag: never served to

@@ -38,7 +38,8 @@ PARAPHRASE = "How can I reset my password on the website?"
 LOOK_ALIKE = "How do I reset my email on the website?"
 
 
-def _browser() -> webdriver.Chrome:
+def _browser(*flags: str) -> webdriver.Chrome:
+    """Headless Chromium (``flags``: more command-line switches)."""
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if binary is None or driver is None:  # .ci/run installs them: a missing one fails here
         raise RuntimeError("Debian's chromium and chromium-driver are not installed")
@@ -46,7 +47,7 @@ def _browser() -> webdriver.Chrome:
     options.binary_location = binary
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--window-size=1300,900"):  # fmt: skip
+                 "--disable-sync", "--no-first-run", "--window-size=1300,900", *flags):  # fmt: skip
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(driver), options=options)
 
@@ -277,7 +278,7 @@ def test_a_verdict_the_store_cannot_take_records_nothing(private_redis: Any) -> 
     audit = cache.semantic.audit  # type: ignore[union-attr]
     assert audit is not None
     rowid = _served_row(audit, PARAPHRASE)
-    with TestClient(review_app(cache, audit)) as client:
+    with TestClient(review_app(cache, audit), base_url="http://127.0.0.1") as client:
         token = _token(client)
         private_redis.stop()
         answer = client.post(f"/judge/{rowid}", data={"verdict": "different", "token": token},
@@ -308,7 +309,7 @@ def test_a_verdict_acts_in_its_decisions_namespace_or_not_at_all(tmp_path: Path)
     assert mine.lookup(mine.request(OTHER[1])) is not None
     audit = AuditLog(path.with_name("c-vectors") / "audit.sqlite3")
     rowid = _served_row(audit, PARAPHRASE)
-    with TestClient(review_app(mine, audit)) as client:
+    with TestClient(review_app(mine, audit), base_url="http://127.0.0.1") as client:
         token = _token(client)
         assert "another namespace" in client.get("/").text
         answer = client.post(f"/judge/{rowid}", data={"verdict": "different", "token": token},
@@ -322,7 +323,9 @@ def test_a_verdict_acts_in_its_decisions_namespace_or_not_at_all(tmp_path: Path)
         opened.append(Cache(path=path, namespace=namespace, faq=False))
         return opened[-1]
 
-    with TestClient(review_app(mine, audit, open_cache=open_cache)) as client:
+    with TestClient(
+        review_app(mine, audit, open_cache=open_cache), base_url="http://127.0.0.1"
+    ) as client:
         token = _token(client)
         answer = client.post(f"/judge/{rowid}", data={"verdict": "different", "token": token},
                              follow_redirects=False)  # fmt: skip

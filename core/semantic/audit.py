@@ -1,7 +1,13 @@
-"""Audit records of semantic decisions and feedback, in SQLite, written off the hot path.
+"""Audit records of requests, semantic decisions and feedback, in SQLite, off the hot path.
 
-``record`` only puts the decision on a queue; a daemon thread writes batches.  Rows are plain
-columns plus JSON, so they can be read with any SQLite client or ``AuditLog.recent``.
+``request`` (one row per lookup: which tier served it, or that the model is asked) and
+``record`` (the semantic tier's decision, linked to its request's row) only put the row on a
+queue; a daemon thread writes batches.  Rows are plain columns plus JSON, so they can be read
+with any SQLite client or ``AuditLog.recent`` / ``AuditLog.requests``.
+
+Retention: rows older than ``keep_days`` go, and the oldest go while the rows take more than
+``keep_mb`` (``TRICACHE_AUDIT_KEEP_DAYS``, default 30; ``TRICACHE_AUDIT_KEEP_MB``, default
+100); the writer prunes when it starts and then every minute or 1,000 rows.
 
 The file is private to the user (0600).  A question is recorded by a hash keyed with the
 installation's secret (``TRICACHE_HOME/secret``): the hashes of one installation compare
@@ -11,27 +17,45 @@ across its processes, but a guessed question cannot be confirmed from the log al
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
+import os
 import queue
 import secrets
 import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterator, Sequence
 from contextlib import closing
-from dataclasses import asdict, is_dataclass
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, is_dataclass
 from hashlib import blake2b
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..runtime.exit import on_exit
 from ..runtime.forks import hold_across_fork
 from ..runtime.home import installation_secret, private_sqlite
 
-__all__ = ["AuditLog"]
+if TYPE_CHECKING:
+    from ..hit import Hit
+    from ..key.asked import Asked
 
-_Queue = queue.Queue[tuple[str, tuple[Any, ...]] | None]
+__all__ = ["AuditLog", "Retention"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """A request row's reference to the decision queued as number ``seq`` (its rowid once
+    written)."""
+
+    seq: int
+
+
+_Item = tuple[str, tuple[Any, ...], int]  # SQL, its parameters, the row's number (0: none)
+_Queue = queue.Queue[_Item | None]
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +69,68 @@ CREATE TABLE IF NOT EXISTS feedback (
     ts REAL NOT NULL, entry_id TEXT NOT NULL, correct INTEGER NOT NULL,
     cached_question TEXT, question TEXT, score REAL
 );
+CREATE TABLE IF NOT EXISTS requests (
+    ts REAL NOT NULL, namespace TEXT, query_hash TEXT, question TEXT, tier TEXT NOT NULL,
+    outcome TEXT, level TEXT, entry_id TEXT, matched TEXT, answer TEXT, score REAL,
+    tags TEXT, decision INTEGER, verdict TEXT, acted TEXT
+);
+CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts);
+CREATE INDEX IF NOT EXISTS decisions_ts ON decisions (ts);
 """
+
+_TEXT = 2000  # characters of a question or an answer a request row keeps
+_PRUNE_EVERY_S, _PRUNE_EVERY_ROWS = 60.0, 1000
+_DAYS, _MB = 30.0, 100.0  # the retention by default
+_TABLES = ("requests", "decisions", "feedback")
+
+# the lookup under way in this context: where the decision the semantic tier records for it
+# is noted (``AuditLog.watching``), so that its request row links to it
+_LOOKUP: ContextVar[_Seen | None] = ContextVar("tricache_audit_lookup", default=None)
+
+
+class _Seen:
+    """What the semantic tier decided during one lookup (``AuditLog.watching``)."""
+
+    __slots__ = ("decision", "outcome")
+
+    def __init__(self) -> None:
+        self.decision = 0  # the decision's number in its log's queue (0: none)
+        self.outcome = ""  # served, refused, below, miss or skipped
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """What the log keeps: rows for ``days``, in ``mb`` megabytes at most."""
+
+    days: float = _DAYS
+    mb: float = _MB
+
+    @classmethod
+    def from_env(cls, days: float | None = None, mb: float | None = None) -> Retention:
+        """``days`` and ``mb`` where given, else ``TRICACHE_AUDIT_KEEP_DAYS`` and
+        ``TRICACHE_AUDIT_KEEP_MB``, else the defaults (30 days, 100 MB)."""
+        return cls(_setting("TRICACHE_AUDIT_KEEP_DAYS", days, _DAYS),
+                   _setting("TRICACHE_AUDIT_KEEP_MB", mb, _MB))  # fmt: skip
+
+
+def _setting(name: str, given: float | None, default: float) -> float:
+    if given is None:
+        raw = os.environ.get(name, "").strip()
+        try:
+            given = float(raw) if raw else default
+        except ValueError:
+            raise ValueError(f"{name} must be a number, not {raw!r}") from None
+    if not given > 0:
+        raise ValueError(f"{name} (audit retention) must be more than 0, not {given}")
+    return float(given)
 
 
 class AuditLog:
-    """Decisions and feedback in ``path`` (SQLite); bounded queue, never blocks a lookup.
+    """Requests, decisions and feedback in ``path`` (SQLite); bounded queue, never blocks a
+    lookup.
 
-    ``secret`` keys the question hashes (by default the installation's secret)."""
+    ``secret`` keys the question hashes (by default the installation's secret);
+    ``keep_days`` and ``keep_mb``: the retention (``Retention.from_env``)."""
 
     def __init__(
         self,
@@ -60,13 +139,18 @@ class AuditLog:
         *,
         secret: bytes | None = None,
         questions: bool = True,
+        keep_days: float | None = None,
+        keep_mb: float | None = None,
     ) -> None:
         self.path = Path(path)
         self.questions = questions  # False: the questions are not kept, only keyed hashes
+        self.retention = Retention.from_env(keep_days, keep_mb)
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         private_sqlite(self.path)
         self._secret = secret if secret is not None else _secret()
         with closing(sqlite3.connect(self.path)) as db, db:
+            if not db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # a new file: pruning shrinks it
             db.executescript(_SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(decisions)")}
             added = (
@@ -82,19 +166,94 @@ class AuditLog:
                 if column not in columns:  # a log made by an older version
                     db.execute(f"ALTER TABLE decisions ADD COLUMN {column} {kind}")
         self._queue: _Queue = queue.Queue(max_queue)
+        self._numbers = itertools.count(1)  # the decisions' numbers, for their request rows
         self.dropped = 0
         self._busy = threading.Lock()  # held while the writer is inside SQLite
         self._dropped = threading.Event()  # set when the log is collected unclosed
         hold_across_fork(self, "_busy")
         self._writer = threading.Thread(
             target=_write_forever,
-            args=(self.path, self._queue, self._busy, self._dropped),
+            args=(self.path, self._queue, self._busy, self._dropped, self.retention),
             name="tricache-audit",
             daemon=True,
         )  # it holds no reference to the log: a log dropped without ``close`` stops it too
         self._writer.start()
         weakref.finalize(self, _stop_writer, self._queue, self._dropped).atexit = False
         on_exit(self._at_exit)  # a script that ends without close() keeps its last records
+
+    @property
+    def keep_days(self) -> float:
+        return self.retention.days
+
+    @property
+    def keep_mb(self) -> float:
+        return self.retention.mb
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[_Seen]:
+        """Around one lookup: the decision the semantic tier records meanwhile (in this
+        thread, or in a thread this context was copied to) is noted, for its request row."""
+        seen = _Seen()
+        token = _LOOKUP.set(seen)
+        try:
+            yield seen
+        finally:
+            with contextlib.suppress(ValueError):  # (a generator closed in another context)
+                _LOOKUP.reset(token)
+
+    def request(
+        self,
+        namespace: str,
+        question: str,
+        tier: str,
+        *,
+        query: str = "",
+        level: str = "",
+        entry_id: str = "",
+        matched: str | None = None,
+        answer: str | None = None,
+        score: float | None = None,
+        tags: Sequence[str] = (),
+        skipped: str | None = None,
+        seen: _Seen | None = None,
+    ) -> None:
+        """One request: ``tier`` served it ("exact", "semantic", "faq"), or "llm" (a miss:
+        the model is asked); ``seen``: what ``watching`` noted of it."""
+        keep = self.questions
+        outcome = "served" if tier != "llm" else (skipped and "skipped") or (
+            seen.outcome if seen is not None and seen.outcome else "miss")  # fmt: skip
+        self._put(
+            "INSERT INTO requests (ts, namespace, query_hash, question, tier, outcome, level,"
+            " entry_id, matched, answer, score, tags, decision)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                time.time(),
+                namespace,
+                self.query_hash(query) if query else None,
+                question[:_TEXT] if keep else None,
+                tier,
+                outcome,
+                level,
+                entry_id,
+                matched[:_TEXT] if keep and matched is not None else None,
+                answer[:_TEXT] if keep and answer is not None else None,
+                score,
+                json.dumps(list(tags), ensure_ascii=False) if tags else None,
+                _Link(seen.decision) if seen is not None and seen.decision else None,
+            ),
+        )
+
+    def looked_up(self, asked: Asked, hit: Hit | None, seen: _Seen | None = None) -> None:
+        """The request row of a lookup of ``asked`` that found ``hit`` (``None``: the model
+        is asked; its answer is stored under ``asked.key``)."""
+        request = asked.request
+        if hit is None:
+            self.request(request.namespace, asked.question, "llm", query=request.query,
+                         entry_id=asked.key, tags=request.tags, seen=seen)  # fmt: skip
+            return
+        self.request(request.namespace, asked.question, hit.tier, query=request.query,
+                     level=hit.level, entry_id=hit.entry_id, matched=hit.matched_question,
+                     answer=hit.text, score=hit.score, tags=request.tags, seen=seen)  # fmt: skip
 
     def record(self, decision: Any) -> None:
         row = (
@@ -105,6 +264,9 @@ class AuditLog:
         candidates = list(row.get("candidates", []))
         if not self.questions:
             candidates = [{k: v for k, v in c.items() if k != "question"} for c in candidates]
+        number = next(self._numbers)
+        if (seen := _LOOKUP.get()) is not None:
+            seen.decision, seen.outcome = number, _outcome(row)
         self._put(
             "INSERT INTO decisions (ts, query_hash, hit, score, skipped, guards, top, rejected,"
             " served_by, threshold, namespace, pool, question, candidates)"
@@ -125,15 +287,101 @@ class AuditLog:
                 row.get("question", "") if self.questions else None,
                 json.dumps(candidates, ensure_ascii=False),
             ),
+            number,
         )
 
-    def judge(self, rowid: int, verdict: str) -> None:
-        """A person's verdict on a decision (``tricache review``): "same" or "different"."""
+    def judge(self, rowid: int, verdict: str, table: str = "decisions") -> None:
+        """A person's verdict on a decision, or on a request (``tricache review``): "same"
+        or "different"."""
         if verdict not in ("same", "different"):
             raise ValueError("verdict must be 'same' or 'different'")
+        if table not in ("decisions", "requests"):
+            raise ValueError("table must be 'decisions' or 'requests'")
         self.flush()
         with closing(sqlite3.connect(self.path)) as db, db:
-            db.execute("UPDATE decisions SET verdict = ? WHERE rowid = ?", (verdict, rowid))
+            db.execute(f"UPDATE {table} SET verdict = ? WHERE rowid = ?", (verdict, rowid))
+
+    def acted(self, rowid: int, what: str) -> None:
+        """What a person did about request ``rowid`` ("deleted", "invalidated a, b")."""
+        self.flush()
+        with closing(sqlite3.connect(self.path)) as db, db:
+            db.execute("UPDATE requests SET acted = ? WHERE rowid = ?", (what, rowid))
+
+    def request_row(self, rowid: int) -> dict[str, Any] | None:
+        """One request by its row id, fields decoded."""
+        self.flush()
+        with closing(sqlite3.connect(self.path)) as db:
+            db.row_factory = sqlite3.Row
+            row = db.execute("SELECT rowid, * FROM requests WHERE rowid = ?", (rowid,)).fetchone()
+        return _decoded(dict(row)) if row is not None else None
+
+    def requests(
+        self,
+        *,
+        limit: int = 100,
+        before: int | None = None,
+        after: int | None = None,
+        namespace: str = "",
+        tier: str = "",
+        outcome: str = "",
+        verdict: str = "",
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """A page of requests, newest first: ``limit`` rows with a rowid under ``before`` (or
+        the oldest ones over ``after``), matching the filters (``verdict``: "same",
+        "different", "none", "acted" or "any").  Keyset pagination: the query reads from the
+        rowid on, never the rows before it."""
+        where: list[str] = ["1"]
+        args: list[Any] = []
+        for column, value in (("namespace", namespace), ("tier", tier), ("outcome", outcome)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if verdict in ("same", "different"):
+            where.append("verdict = ?")
+            args.append(verdict)
+        elif verdict == "none":
+            where.append("verdict IS NULL AND acted IS NULL")
+        elif verdict == "acted":
+            where.append("acted IS NOT NULL")
+        elif verdict == "any":
+            where.append("(verdict IS NOT NULL OR acted IS NOT NULL)")
+        bounds: tuple[tuple[str, float | None], ...] = (
+            ("ts >= ?", since), ("ts <= ?", until), ("rowid < ?", before), ("rowid > ?", after))
+        for condition, bound in bounds:
+            if bound is not None:
+                where.append(condition)
+                args.append(bound)
+        order = "ASC" if after is not None and before is None else "DESC"
+        sql = (f"SELECT rowid, * FROM requests WHERE {' AND '.join(where)}"
+               f" ORDER BY rowid {order} LIMIT ?")  # fmt: skip
+        self.flush()
+        with closing(sqlite3.connect(self.path)) as db:
+            db.row_factory = sqlite3.Row
+            rows = [_decoded(dict(r)) for r in db.execute(sql, (*args, limit))]
+        return rows if order == "DESC" else rows[::-1]
+
+    def decisions(self, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The decisions of these row ids, by rowid."""
+        wanted = [int(r) for r in rowids][:1000]
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        with closing(sqlite3.connect(self.path)) as db:
+            db.row_factory = sqlite3.Row
+            rows = db.execute(f"SELECT rowid, * FROM decisions WHERE rowid IN ({marks})", wanted)
+            return {int(r["rowid"]): _decoded(dict(r)) for r in rows}
+
+    def kept(self) -> dict[str, Any]:
+        """What the log keeps now: the retention, its size in MB, its rows, the oldest row's
+        time (``None``: none)."""
+        self.flush()
+        with closing(sqlite3.connect(self.path)) as db:
+            rows = db.execute("SELECT count(*), min(ts) FROM requests").fetchone()
+            used = _used_bytes(db)
+        return {"days": self.keep_days, "mb": self.keep_mb, "used_mb": used / 2**20,
+                "requests": rows[0], "oldest": rows[1]}  # fmt: skip
 
     def decision(self, rowid: int) -> dict[str, Any] | None:
         """One decision by its row id, fields decoded."""
@@ -161,9 +409,9 @@ class AuditLog:
             (time.time(), entry_id, int(correct), cached_question, question, score),
         )
 
-    def _put(self, sql: str, row: tuple[Any, ...]) -> None:
+    def _put(self, sql: str, row: tuple[Any, ...], number: int = 0) -> None:
         try:
-            self._queue.put_nowait((sql, row))
+            self._queue.put_nowait((sql, row, number))
         except queue.Full:
             self.dropped += 1
 
@@ -194,13 +442,38 @@ class AuditLog:
         self.close()
 
 
+def _outcome(row: dict[str, Any]) -> str:
+    """What a decision came to: served, skipped, refused (a candidate at the threshold or
+    above, refused), below (none that near) or miss (none at all)."""
+    if row.get("hit"):
+        return "served"
+    if row.get("skipped"):
+        return "skipped"
+    if row.get("rejected"):
+        return "refused"
+    return "below" if row.get("candidates") else "miss"
+
+
 def _write_forever(
-    path: Path, items: _Queue, busy: threading.Lock, dropped: threading.Event
+    path: Path,
+    items: _Queue,
+    busy: threading.Lock,
+    dropped: threading.Event,
+    retention: Retention,
 ) -> None:
     """Write what is queued, in batches, until a ``None`` says the log is closed (or it was
-    dropped and all is written)."""
+    dropped and all is written); prune as ``retention`` says."""
     db = sqlite3.connect(path)
+    written: dict[int, int] = {}  # a decision's number -> its rowid, for its request row
+    pruned_at, since_pruned = 0.0, _PRUNE_EVERY_ROWS  # (pruned when it starts)
     while True:
+        if since_pruned >= _PRUNE_EVERY_ROWS or time.monotonic() - pruned_at > _PRUNE_EVERY_S:
+            try:
+                with busy:
+                    _prune(db, retention)
+            except sqlite3.Error as exc:
+                log.warning("tricache: audit pruning failed: %s", exc)
+            pruned_at, since_pruned = time.monotonic(), 0
         try:
             item = items.get(timeout=1.0)
         except queue.Empty:
@@ -215,9 +488,10 @@ def _write_forever(
             with busy, db:
                 for entry in batch:
                     if entry is not None:
-                        db.execute(*entry)
+                        _write(db, entry, written)
         except sqlite3.Error as exc:
             log.warning("tricache: audit write failed: %s", exc)
+        since_pruned += len(batch)
         for _ in batch:
             items.task_done()
         if None in batch:
@@ -225,9 +499,46 @@ def _write_forever(
             return
 
 
+def _write(db: sqlite3.Connection, item: _Item, written: dict[int, int]) -> None:
+    sql, params, number = item
+    params = tuple(written.pop(p.seq, None) if isinstance(p, _Link) else p for p in params)
+    cursor = db.execute(sql, params)
+    if number:
+        written[number] = int(cursor.lastrowid or 0)
+        while len(written) > 10_000:  # decisions no request row asked for
+            del written[next(iter(written))]
+
+
+def _used_bytes(db: sqlite3.Connection) -> int:
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    free = db.execute("PRAGMA freelist_count").fetchone()[0]
+    return int((pages - free) * db.execute("PRAGMA page_size").fetchone()[0])
+
+
+def _prune(db: sqlite3.Connection, retention: Retention) -> None:
+    """Rows older than the retention's days go; then the oldest, while the rows take more
+    than its megabytes (down to nine tenths of them); the freed pages are given back."""
+    with db:
+        cutoff = time.time() - retention.days * 86400
+        for table in _TABLES:
+            db.execute(f"DELETE FROM {table} WHERE ts < ?", (cutoff,))
+    limit = retention.mb * 2**20
+    for _ in range(50):
+        used = _used_bytes(db)
+        if used <= limit:
+            break
+        share = min(0.5, 1 - 0.9 * limit / used)  # of each table's rows, oldest first
+        with db:
+            for table in _TABLES:
+                count = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                db.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table}"
+                           " ORDER BY rowid LIMIT ?)", (max(1, int(count * share)),))  # fmt: skip
+    db.execute("PRAGMA incremental_vacuum")
+
+
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     """A row with its JSON columns read (a damaged one left as text)."""
-    for name in ("guards", "top", "rejected", "candidates"):
+    for name in ("guards", "top", "rejected", "candidates", "tags"):
         if isinstance(row.get(name), str):
             with contextlib.suppress(ValueError):
                 row[name] = json.loads(row[name])

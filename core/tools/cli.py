@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import os
+import socket
 import sqlite3
 import statistics
 import sys
@@ -717,7 +719,7 @@ def review(
     host: Annotated[
         str, typer.Option(help="Where the page listens (127.0.0.1: this machine).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Its port.")] = 8765,
+    port: Annotated[int, typer.Option(help="Its port (1 to 65535).")] = 8765,
     audit: Annotated[
         Path | None,
         typer.Option(help="The audit log (default: the app's: beside --path, else the data dir)."),
@@ -726,8 +728,10 @@ def review(
     path: Path_ = None,
     namespace: Namespace = "default",
 ) -> None:
-    """A local web page over the audit log: recent decisions with both questions, scores and
-    rules, filters, a histogram; 'same answer' / 'not the same' become labels (and feedback)."""
+    """A local web page over the audit log: every request (the tier that served it or the
+    model, the matched question and answer, why each candidate was refused), filters, a
+    histogram; mark an answer wrong, delete its entry, invalidate its tags.  It answers the
+    Host names of loopback and --host only."""
     try:
         import uvicorn
 
@@ -737,18 +741,46 @@ def review(
     from ..semantic.audit import AuditLog
     from ..tiers import _vector_dir
 
-    # where a cache on this store writes it: beside an explicit SQLite file, else the data dir
-    log_path = audit or (_vector_dir(path) or data_dir()) / "audit.sqlite3"
-    if not log_path.exists():
-        _fail("no audit log here (a cache with Semantic(audit=True) writes one)", log_path)
+    listening = _listening(host, port)  # before anything is opened or printed
+    try:
+        # where a cache on this store writes it: beside an explicit SQLite file, else the data
+        # dir
+        log_path = audit or (_vector_dir(path) or data_dir()) / "audit.sqlite3"
+        if not log_path.exists():
+            _fail("no audit log here (a cache with Semantic(audit=True) writes one)", log_path)
 
-    def open_cache(other: str) -> Cache:  # for the decisions of another namespace
-        return _open(redis_url, path, other, faq=False)
+        def open_cache(other: str) -> Cache:  # for the requests of another namespace
+            return _open(redis_url, path, other, faq=False)
 
-    with _open(redis_url, path, namespace, faq=False) as cache:
-        page = review_app(cache, AuditLog(log_path), open_cache=open_cache)
-        console.print(f"review page at http://{host}:{port}/ (Ctrl-C to stop)")
-        uvicorn.run(page, host=host, port=port, log_level="warning")
+        with _open(redis_url, path, namespace, faq=False) as cache:
+            page = review_app(cache, AuditLog(log_path), open_cache=open_cache, hosts=[host])
+            shown = f"[{host}]" if ":" in host else host
+            console.print(f"review page at http://{shown}:{port}/ (Ctrl-C to stop)")
+            server = uvicorn.Server(uvicorn.Config(page, log_level="warning"))
+            server.run(sockets=[listening])
+    finally:
+        listening.close()
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host`` and ``port`` (uvicorn listens on it), or one line saying
+    why there can be none."""
+    where = f"--host {host} --port {port}"
+    if not 1 <= port <= 65535:
+        raise CliError("a port is a number from 1 to 65535", f"--port {port}")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except (OSError, UnicodeError) as exc:
+        raise CliError(f"not an address to listen on: {exc}", f"--host {host}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as uvicorn does)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or exc
+        raise CliError(f"cannot listen there: {why}", where) from None
+    return sock
 
 
 @app.command("kv-budget")
