@@ -21,12 +21,9 @@ from tricache.faq.store import FaqEntry, read_entries
 
 from conftest import REDIS_URL
 
-# Rich markup that crashed (``[/]``) or was obeyed (``[link=…]``), a bidi override, and raw
-# terminal control: clear screen, an OSC 8 hyperlink, a bell
-HOSTILE = (
-    "why [/] fails [link=https://evil.test]click[/link] [bold red]loud "
-    "\x1b[2J\x1b]8;;https://evil.test\x1b\\x\x07 \u202eevil end"
-)
+# Rich markup that crashed (``[/]``) or was obeyed (``[link=…]``), raw terminal control (clear
+# the screen, a bell) and a bidi override; within the 60 characters ``entries list`` shows
+HOSTILE = "[/] \x1b[2J\x07\u202e [link=https://evil.test]x[/link] [bold red]why"
 
 
 def _tricache(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,13 +33,14 @@ def _tricache(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=180)  # fmt: skip
 
 
-def _shown_as_text(result: subprocess.CompletedProcess[str]) -> None:
-    """The hostile text was printed, as text: markup literally, controls as escapes."""
+def _shown_as_text(result: subprocess.CompletedProcess[str], escaped: str = "\\x") -> None:
+    """The hostile text was printed, as text: markup literally, controls as escapes (Python's,
+    or JSON's: ``escaped="\\u00"``)."""
     assert result.returncode == 0, result.stderr
     both = result.stdout + result.stderr
     for control in ("\x1b", "\x07", "\u202e"):
         assert control not in both, f"{control!r} reached the terminal: {both!r}"
-    assert "\\x1b[2J" in result.stdout and "\\x07" in result.stdout, result.stdout
+    assert f"{escaped}1b[2J" in result.stdout and f"{escaped}07" in result.stdout, result.stdout
     assert "\\u202e" in result.stdout, result.stdout
     assert "[/]" in result.stdout and "[link=https://evil.test]" in result.stdout
     assert "[bold red]" in result.stdout
@@ -75,7 +73,7 @@ def test_faq_list_and_search_print_stored_markup_and_controls_as_text(tmp_path: 
     imported = _tricache(tmp_path, "faq", "import", str(_faq_file(tmp_path)), *common)
     assert imported.returncode == 0, imported.stderr
     _shown_as_text(_tricache(tmp_path, "faq", "list", *common))
-    _shown_as_text(_tricache(tmp_path, "faq", "search", "why fails click loud", *common))
+    _shown_as_text(_tricache(tmp_path, "faq", "search", "why x link evil test bold red", *common))
 
 
 def test_audit_prints_stored_markup_as_text(tmp_path: Path) -> None:
@@ -84,7 +82,9 @@ def test_audit_prints_stored_markup_as_text(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "audit.sqlite3")
     log.record({"query_hash": "h", "hit": 0, "score": 0.5, "question": HOSTILE})
     log.close()
-    _shown_as_text(_tricache(tmp_path, "audit", "--path", str(tmp_path / "audit.sqlite3")))
+    shown = _tricache(tmp_path, "audit", "--path", str(tmp_path / "audit.sqlite3"))
+    _shown_as_text(shown, escaped="\\u00")
+    assert json.loads(shown.stdout)["question"] == HOSTILE
 
 
 def test_an_error_message_sends_no_control_characters(tmp_path: Path) -> None:
@@ -102,7 +102,6 @@ READS = (
     ("faq", "list"),
     ("faq", "search", "how do I reset my password"),
     ("stats",),
-    ("metrics", "--once"),
 )
 
 
@@ -121,7 +120,15 @@ def test_a_read_of_a_missing_store_creates_nothing(tmp_path: Path, command: tupl
 
 
 def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
-    return {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_bytes()) for p in folder.iterdir()}
+    """Each file's mode and bytes; SQLite's own -wal and -shm left by a reader of a WAL file
+    (as any reader leaves them: the next writer takes them over) must have the mode of their
+    database and hold no write."""
+    files = {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_bytes()) for p in folder.iterdir()}
+    for name in [n for n in files if n.endswith(("-wal", "-shm"))]:
+        mode, data = files.pop(name)
+        assert mode == files[name[:-4]][0], f"{name} has mode {oct(mode)}"
+        assert not name.endswith("-wal") or data == b"", f"{name} holds a write"
+    return files
 
 
 def test_reads_change_no_file_of_the_store(tmp_path: Path) -> None:
@@ -168,7 +175,7 @@ def test_entries_delete_needs_long_prefixes_and_reports_each_id(tmp_path: Path) 
     out = " ".join(result.stdout.split())
     assert f"{short}: not deleted: too short" in out, out
     assert f"{first}: deleted" in out and f"{digest[:8]}: deleted" in out, out
-    assert "feedfacefeedface: not found" in out, out
+    assert "feedfacefeedface: not deleted: not found" in out, out
     assert "deleted 2 entries, 2 not deleted" in out, out
     with Cache(path=path, namespace="t", semantic=False, faq=False) as cache:
         assert [e.id for e in cache.entries()] == [kept]

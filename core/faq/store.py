@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
 import reprlib
 import sqlite3
@@ -37,9 +38,11 @@ from ..semantic.embed import Embedder
 from ..semantic.guards.canonical import canonical
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, any_substitution, check
 from ..settings import DEFAULT_FAQ
-from ..stores.sqlite import transaction
+from ..stores.sqlite import open_read_only, transaction
 
-__all__ = ["FAQ_GUARDS", "FaqChanges", "FaqEntry", "FaqMatch", "FaqStore"]
+__all__ = ["FAQ_GUARDS", "FaqChanges", "FaqEntry", "FaqFile", "FaqMatch", "FaqStore"]
+
+log = logging.getLogger(__name__)
 
 FAQ_GUARDS: tuple[Guard, ...] = DEFAULT_GUARDS
 
@@ -114,7 +117,11 @@ EMBED_BATCH = 32  # texts an embedder call, so a lookup's own embedding never wa
 
 
 class FaqStore:
-    """Curated question/answer pairs of one namespace in one SQLite file."""
+    """Curated question/answer pairs of one namespace in one SQLite file.
+
+    ``read_only=True`` opens an existing file with SQLite's ``mode=ro`` (``tricache faq list``
+    and ``faq search``): nothing is created, migrated or chmodded; ``FileNotFoundError`` when
+    it is absent, and a write raises ``sqlite3.OperationalError``."""
 
     def __init__(
         self,
@@ -125,10 +132,12 @@ class FaqStore:
         threshold: float = DEFAULT_FAQ.threshold,
         guards: Sequence[Guard] = FAQ_GUARDS,
         candidates: int = 10,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        private_sqlite(self.path)  # 0600, and its -wal/-shm with it
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite(self.path)  # 0600, and its -wal/-shm with it
         self.namespace = namespace
         self.embedder = embedder
         self.threshold = threshold
@@ -140,12 +149,16 @@ class FaqStore:
         self._lock = threading.Lock()
         self._reads = threading.Lock()
         hold_across_fork(self, "_lock", "_reads")
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
-        self._add_form_keys()
-        self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        if read_only:
+            self._db = self._reader = open_read_only(self.path)
+            self._reader.execute("SELECT id, question, answer FROM faq LIMIT 0")  # is it ours?
+        else:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+            self._add_form_keys()
+            self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._matrix: tuple[np.ndarray, list[int]] | None = None  # vectors, form ids
         self._loaded_version = -1  # the FAQ version self._matrix was read at
 
@@ -597,7 +610,7 @@ def _normalized(entry: FaqEntry) -> FaqEntry:
 
 
 def _distinct(texts: Iterable[object], but: str | None = None) -> tuple[str, ...]:
-    stripped = (str(text).strip() for text in texts)
+    stripped = (str(text).strip() for text in texts if text is not None)
     return tuple(dict.fromkeys(t for t in stripped if t and t != but))
 
 
@@ -637,11 +650,29 @@ def read_text(path: str | Path) -> str:
         ) from None
 
 
+class FaqFile(NamedTuple):
+    """What an import file holds: its entries, and the columns (CSV) or keys (JSONL) it has
+    that the FAQ keeps nothing of, as the file names them."""
+
+    entries: list[FaqEntry]
+    ignored: tuple[str, ...]
+
+
 def read_entries(path: str | Path) -> list[FaqEntry]:
-    """CSV (header: question, answer[, paraphrases separated by '|', tags, lang]) or JSONL
-    (one object a line); raises ``ValueError`` naming what is wrong, and where: a file with
-    any bad row (no question or answer, or an empty one) is refused whole."""
+    """CSV (header: question, answer[, paraphrases separated by '|', tags, lang]; names in
+    any case, spaces around them ignored) or JSONL (one object a line); raises ``ValueError``
+    naming what is wrong, and where: a file with any bad row (no question or answer, or an
+    empty one) is refused whole.  Columns the FAQ keeps nothing of are logged (a warning)."""
+    read = read_faq_file(path)
+    if read.ignored:
+        log.warning("tricache: %s: ignored columns: %s", path, ", ".join(read.ignored))
+    return read.entries
+
+
+def read_faq_file(path: str | Path) -> FaqFile:
+    """``read_entries``, with the ignored columns returned, not logged (``faq import``)."""
     path = Path(path)
+    ignored: dict[str, None] = {}
     rows: list[tuple[int, Any]] = []
     text = read_text(path)
     if path.suffix.lower() in (".jsonl", ".json"):
@@ -652,24 +683,32 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
                 rows.append((n, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: line {n}: not JSON ({exc.msg})") from None
+            if isinstance(rows[-1][1], dict):
+                ignored |= dict.fromkeys(str(k) for k in rows[-1][1] if k not in _COLUMNS)
     else:
         reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
         with _CSV_LIMIT:  # (a field as long as the file: a long answer is no error)
             limit = csv.field_size_limit(max(len(text), csv.field_size_limit()))
             try:
+                header = list(reader.fieldnames or ())
+                reader.fieldnames = _column_names(path, header)
                 rows = [(reader.line_num, row) for row in reader]
             except csv.Error as exc:
                 raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
             finally:
                 csv.field_size_limit(limit)
-        names = {(name or "").strip().lower() for name in reader.fieldnames or ()}
-        if reader.fieldnames and not {"question", "answer"} <= names:
-            first = ", ".join(reader.fieldnames)
+        names = set(reader.fieldnames)
+        if header and not {"question", "answer"} <= names:
+            first = ", ".join(header)
             what = "no header row" if not names & _COLUMNS else "no question and answer columns"
             raise ValueError(
                 f"{path}: line 1: {what} (it reads {first!r}); the first line names the"
                 " columns: question,answer[,paraphrases,tags,lang]"
             )
+        ignored |= dict.fromkeys(
+            given.strip() for given, name in zip(header, reader.fieldnames, strict=True)
+            if name and name not in _COLUMNS
+        )  # fmt: skip
     entries, faults = [], []
     for n, row in rows:
         if not isinstance(row, dict):
@@ -694,10 +733,20 @@ def read_entries(path: str | Path) -> list[FaqEntry]:
                   for i, first in _repeats([e.question for e in entries])]  # fmt: skip
     if faults:
         raise ValueError(_faults(str(path), faults, "nothing was imported"))
-    return entries
+    return FaqFile(entries, tuple(ignored))
 
 
 _COLUMNS = frozenset({"question", "answer", "answers", "paraphrases", "tags", "lang"})
+
+
+def _column_names(path: Path, header: Sequence[str | None]) -> list[str]:
+    """A CSV header's column names as the FAQ reads them: stripped, in lower case; a column
+    it reads, named twice, is a ``ValueError``."""
+    names = [(name or "").strip().lower() for name in header]
+    twice = sorted({n for n in names if n in _COLUMNS and names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{path}: line 1: the column {twice[0]!r} is named twice")
+    return names
 
 
 _CSV_LIMIT = threading.Lock()  # csv.field_size_limit is the process's: raised, then restored
@@ -709,8 +758,8 @@ def _list(value: Any) -> tuple[str, ...]:
     one, '\\\\' a backslash; any other backslash is itself)."""
     if not value:
         return ()
-    if not isinstance(value, str):
-        return tuple(str(v) for v in value)
+    if not isinstance(value, str):  # (a null one is no text: dropped, never "None")
+        return tuple(str(v) for v in value if v is not None)
     pieces: list[str] = []
     current: list[str] = []
     for token in _PIECE.findall(value):

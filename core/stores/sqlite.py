@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import secrets
 import sqlite3
@@ -29,7 +30,7 @@ from .base import (
     point_id_for,
 )
 
-__all__ = ["SQLiteStore", "transaction"]
+__all__ = ["SQLiteStore", "open_read_only", "transaction"]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,11 @@ class SQLiteStore:
     Without pub/sub, other processes learn of invalidations by polling the version tables
     (the exact tier does this every ``refresh_s``).
 
+    ``read_only=True`` (what a command that only reads opens: ``tricache entries list``,
+    ``stats``) opens an existing file with SQLite's ``mode=ro``: no folder or file is made,
+    nothing migrated, no permission changed, no sweeper started; ``FileNotFoundError`` when
+    there is no file, and every write raises ``sqlite3.OperationalError``.
+
     It is also a ``PointLog``: the ``points`` table holds the semantic tier's vectors, its
     ``seq`` column is the log (a deletion leaves a row without data for ``TOMBSTONE_S``); and
     a ``LabelLog``: the ``labels`` table, capped at ``label_log_length`` per namespace.
@@ -123,21 +129,27 @@ class SQLiteStore:
         label_log_length: int = 100_000,
         max_entries: int | None = None,
         max_bytes: int | None = None,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self.evicted = 0  # entries this process's writes and sweeps evicted for the bound
         self._touched: dict[str, float] = {}  # key → last read, until ``touch`` writes it
         self.label_log_length = label_log_length
         self._label_writes: dict[str, int] = {}  # label writes per namespace (when to trim)
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        private_sqlite(self.path)
+        if not read_only:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_sqlite(self.path)
         self._clock = clock
         self._timeout = timeout
         self.sweep_batch = sweep_batch
         self._lock = threading.Lock()  # the writer connection
         self._db = self._connect()
-        _set_up(self._db, timeout)
+        if read_only:
+            self._db.execute("SELECT key, value, watermark FROM entries LIMIT 0")  # is it ours?
+        else:
+            _set_up(self._db, timeout)
         self._read_lock = threading.Lock()
         self._reader = self._connect()
         self._reader.execute("PRAGMA query_only=1")
@@ -148,6 +160,9 @@ class SQLiteStore:
 
     def _start_sweeper(self) -> None:
         self._stop, self._nudge = threading.Event(), threading.Event()
+        self._sweeper: threading.Thread | None = None
+        if self.read_only:  # (nothing to sweep: it writes)
+            return
         self._sweeper = threading.Thread(
             target=_sweep_forever,
             args=(weakref.ref(self), self._stop, self._nudge, self._sweep_every),
@@ -166,9 +181,12 @@ class SQLiteStore:
         self._start_sweeper()
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
-        )
+        if self.read_only:
+            db = open_read_only(self.path, self._timeout)
+        else:
+            db = sqlite3.connect(
+                self.path, timeout=self._timeout, check_same_thread=False, isolation_level=None
+            )
         db.execute("PRAGMA recursive_triggers = ON")  # a REPLACE's delete is tallied too
         return db
 
@@ -318,6 +336,8 @@ class SQLiteStore:
             state = self._read(self._reader, namespace, epoch, after, names)
         if state is not None:
             return state
+        if self.read_only:  # a namespace never used: no versions, nothing to judge by
+            return VersionState(_UNUSED_EPOCH, self._clock(), 0, 0, {})
         with self._writing() as db, transaction(db, "IMMEDIATE"):  # the namespace's first use
             self._epoch(db, namespace)
             state = self._read(db, namespace, epoch, after, names)
@@ -601,15 +621,35 @@ class SQLiteStore:
     def close(self) -> None:
         self._stop.set()
         self._nudge.set()
-        if self._sweeper is not threading.current_thread():
+        if self._sweeper is not None and self._sweeper is not threading.current_thread():
             self._sweeper.join(timeout=1.0)
         try:
-            self.touch(())  # the last reads, within the write budget
+            if not self.read_only:
+                self.touch(())  # the last reads, within the write budget
         except sqlite3.Error as exc:
             log.debug("tricache: sqlite uses not written at close: %s", exc)
         with self._lock, self._read_lock:
             self._db.close()
             self._reader.close()
+
+
+def open_read_only(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
+    """A connection to the existing SQLite file ``path`` that cannot write it (``mode=ro``):
+    no folder or file is created, nothing changed, no permission touched.  (In WAL mode SQLite
+    may leave its ``-wal`` and ``-shm`` beside the file, with the file's own mode, as any
+    reader does; the next writer takes them over.)  ``FileNotFoundError`` when it is absent."""
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    return sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro",
+        uri=True,
+        timeout=timeout,
+        check_same_thread=False,
+        isolation_level=None,
+    )
+
+
+_UNUSED_EPOCH = "unused"  # what a read-only store says of a namespace never written
 
 
 def _migrate(db: sqlite3.Connection) -> None:

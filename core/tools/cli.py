@@ -7,6 +7,7 @@ import csv
 import errno
 import json
 import os
+import re
 import socket
 import sqlite3
 import statistics
@@ -14,14 +15,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
+import platformdirs
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from ..cache import Cache
@@ -78,10 +82,40 @@ class _Group(TyperGroup):
         except _expected_errors() as exc:
             if os.environ.get("TRICACHE_DEBUG"):
                 raise
-            message = " ".join(_one_line(exc).split())
+            message = visible(" ".join(_one_line(exc).split()))
             typer.echo(f"tricache: error: {message}", err=True)
             sys.stdout.flush()
             raise typer.Exit(2) from None
+
+
+# What a stored text holds is printed, never obeyed: C0 and C1 controls (ESC, BEL, CSI …),
+# line separators and bidi overrides are shown as escapes (\x1b, \u202e); Rich markup in it is
+# never parsed (table cells are ``Text``, JSON is printed as is).
+_BIDI = r"\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_HIDDEN = re.compile(rf"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_HIDDEN_IN_JSON = re.compile(rf"[\x7f-\x9f{_BIDI}]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character shown as its Python escape (``\\x1b``, ``\\n``,
+    ``\\u202e``): printable on any terminal, and what it was stays readable."""
+    return _HIDDEN.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _cell(text: str, width: int | None = None) -> Text:
+    """A table cell of stored text (its first ``width`` characters): text, not markup."""
+    return Text(visible(text if width is None else text[:width]))
+
+
+def _json(value: object, **options: Any) -> str:
+    """JSON for a terminal: ``json.dumps`` escapes C0 controls; DEL, C1 controls, line
+    separators and bidi overrides are escaped too (``\\u009b``): the same JSON value."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return _HIDDEN_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 app = typer.Typer(
@@ -116,6 +150,74 @@ def _open(redis_url: str | None, path: Path | None, namespace: str, **kw: Any) -
     except (OSError, sqlite3.Error) as exc:
         raise CliError(f"cannot open the SQLite store: {exc}", f"--path {file}") from None
     return Cache(store=store, path=path, namespace=namespace, **kw)
+
+
+def _reading(redis_url: str | None, path: Path | None, namespace: str) -> Cache:
+    """The exact tier on its store opened read-only, for a command that only reads (``entries
+    list|show``, ``stats``): no folder or file is created, nothing migrated or
+    chmodded, and a store that is not there is an error (exit 2), never an empty one."""
+    if redis_url:
+        return _maintenance(redis_url, path, namespace)
+    from ..stores.sqlite import SQLiteStore
+
+    file = _existing_store(path)
+    try:
+        store = SQLiteStore(file, read_only=True)
+    except (OSError, sqlite3.Error) as exc:
+        raise CliError(f"cannot read the SQLite store: {exc}", f"--path {file}") from None
+    return Cache(store=store, path=file, namespace=namespace, exact=Exact(bloom=False),
+                 semantic=False, faq=False, warm=True)  # fmt: skip
+
+
+def _home() -> Path:
+    """Where the default stores are (``runtime.home.data_dir``), without creating it."""
+    env = os.environ.get("TRICACHE_HOME")
+    return Path(env).expanduser() if env else Path(platformdirs.user_cache_dir("tricache"))
+
+
+def _existing_store(
+    path: Path | None, missing: str = "no store here (nothing was cached at this path: a typo?)"
+) -> Path:
+    """The SQLite file ``--path`` names (else the default one), which must exist."""
+    file = path or _home() / "exact.sqlite3"
+    if file.is_dir():
+        raise CliError("is a directory, not a SQLite file", f"--path {file}")
+    if not file.exists():
+        raise CliError(missing, f"--path {file}")
+    return file
+
+
+def _reading_faq(
+    redis_url: str | None, path: Path | None, namespace: str, *, embedder: bool
+) -> Any:
+    """The FAQ opened read-only (``faq list``, ``faq search``), or ``None`` when nothing was
+    imported; where a cache on this store keeps it (``TierLoader.faq_path``)."""
+    from ..faq.store import FaqStore
+
+    file = path.with_name(f"{path.stem}-faq.sqlite3") if path else _home() / "faq.sqlite3"
+    if not file.exists():
+        if not redis_url:  # no store at all: an error, not an empty FAQ
+            _existing_store(path, "no store here: the FAQ is empty (tricache faq import FILE)")
+        return None
+    model = None
+    if embedder:
+        from ..semantic.embed import get_embedder
+
+        model = get_embedder(None)
+    try:
+        return FaqStore(file, namespace=namespace, embedder=model, threshold=Faq().threshold,
+                        read_only=True)  # fmt: skip
+    except (OSError, sqlite3.Error) as exc:
+        raise CliError(f"cannot read the FAQ: {exc}", file) from None
+
+
+def _faq_entries(redis_url: str | None, path: Path | None, namespace: str) -> list[Any]:
+    """The FAQ's entries with their ids, read read-only (none when nothing was imported)."""
+    store = _reading_faq(redis_url, path, namespace, embedder=False)
+    if store is None:
+        return []
+    with contextlib.closing(store):
+        return list(store.entries())
 
 
 def _check_redis(url: str) -> None:
@@ -431,22 +533,34 @@ def audit(
 ) -> None:
     """Show the latest semantic decisions (or feedback) from the audit log: each hit says what
     served it (``served_by``: form, threshold, or learned) and the threshold in force."""
-    from ..semantic.audit import AuditLog
-
-    log_path = path or data_dir() / "audit.sqlite3"
+    log_path = path or _home() / "audit.sqlite3"
     if not log_path.exists():
         _fail("no audit log here", log_path)
     if plot is not None:
         _check_writable(plot, "--plot")
     try:
-        rows = AuditLog(log_path).recent(last, "feedback" if feedback else "decisions")
+        rows = _audit_rows(log_path, last, "feedback" if feedback else "decisions")
     except sqlite3.Error as exc:
         raise CliError(f"not a readable audit log: {exc}", log_path) from None
     for row in rows:
-        console.print(json.dumps(row, ensure_ascii=False))
+        print(_json(row), flush=True)
     if plot is not None:
         _plot_thresholds([r for r in reversed(rows) if r.get("threshold") is not None], plot)
         console.print(f"plot written to {plot}")
+
+
+def _audit_rows(path: Path, limit: int, table: str) -> list[dict[str, Any]]:
+    """The newest rows of the audit log (``AuditLog.recent``), read through a read-only
+    connection: a read neither migrates nor chmods the file."""
+    from contextlib import closing
+
+    from ..semantic.audit import _decoded
+    from ..stores.sqlite import open_read_only
+
+    with closing(open_read_only(path)) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute(f"SELECT rowid, * FROM {table} ORDER BY ts DESC LIMIT ?", (limit,))
+        return [_decoded(dict(row)) for row in rows]
 
 
 def _plot_thresholds(rows: list[dict[str, Any]], path: Path) -> None:
@@ -484,9 +598,9 @@ def faq_import(
     lang]; paraphrases separated by '|') or JSONL (one object a line).  An entry replaces the
     one with its question; a question twice in FILE is refused.  Cached LLM answers are kept
     (`tricache bump-kb` retires them)."""
-    from ..faq.store import read_entries
+    from ..faq.store import read_faq_file
 
-    entries = read_entries(file)
+    entries, ignored = read_faq_file(file)
     if not entries:
         _fail("no entries to import; nothing changed", file)
     with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
@@ -494,10 +608,14 @@ def faq_import(
         assert store is not None  # (the CLI's caches have the FAQ on)
         done = store.put(entries)
         console.print(
-            f"imported {len(entries)} entries: {done.added} added, {done.replaced} replaced (the"
-            f" same question), {done.unchanged} unchanged; cached LLM answers kept (tricache"
-            " bump-kb)"
+            f"imported {_plural(len(entries), 'entry', 'entries')}: {done.added} added,"
+            f" {done.replaced} replaced (the same question), {done.unchanged} unchanged; cached"
+            " LLM answers kept (tricache bump-kb)",
+            markup=False,
         )
+        if ignored:
+            console.print(f"ignored columns: {visible(', '.join(ignored))} (the FAQ keeps"
+                          " question, answer, paraphrases, tags, lang)", markup=False)  # fmt: skip
 
 
 @faq_app.command("list")
@@ -508,18 +626,17 @@ def faq_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
 ) -> None:
     """List the FAQ's entries with their ids."""
-    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
-        entries = cache.faq_entries()
+    entries = _faq_entries(redis_url, path, namespace)
     if as_json:
         for faq_id, e in entries:
-            print(json.dumps({"id": faq_id, "question": e.question, "answer": e.answer,
-                              "paraphrases": list(e.paraphrases)}, ensure_ascii=False))  # fmt: skip
+            print(_json({"id": faq_id, "question": e.question, "answer": e.answer,
+                         "paraphrases": list(e.paraphrases), "tags": list(e.tags)}))  # fmt: skip
         return
-    table = Table(title=f"FAQ: {len(entries)} entries")
+    table = Table(title=f"FAQ: {_plural(len(entries), 'entry', 'entries')}")
     for column in ("id", "question", "paraphrases", "answer"):
         table.add_column(column)
     for faq_id, e in entries:
-        table.add_row(str(faq_id), e.question, str(len(e.paraphrases)), e.answer[:80])
+        table.add_row(str(faq_id), _cell(e.question), str(len(e.paraphrases)), _cell(e.answer, 80))
     console.print(table)
 
 
@@ -548,9 +665,10 @@ def faq_export(
     """Write the FAQ's entries to FILE, in the format `faq import` reads."""
     from ..faq.store import write_entries
 
-    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
-        count = write_entries((e for _, e in cache.faq_entries()), file)
-    console.print(f"exported {count} entries to {file}")
+    entries = _faq_entries(redis_url, path, namespace)
+    count = write_entries((e for _, e in entries), file)
+    console.print(f"exported {_plural(count, 'entry', 'entries')} to {visible(str(file))}",
+                  markup=False)  # fmt: skip
 
 
 @faq_app.command("search")
@@ -562,18 +680,18 @@ def faq_search(
     namespace: Namespace = "default",
 ) -> None:
     """Show the FAQ's best candidates for QUERY, and whether it would answer."""
-    with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
-        store = cache.faq
-        if store is None:
-            console.print("the FAQ is empty: tricache faq import FILE")
-            raise typer.Exit(1)
+    store = _reading_faq(redis_url, path, namespace, embedder=True)
+    if store is None or not store.count():
+        console.print("the FAQ is empty: tricache faq import FILE")
+        raise typer.Exit(1)
+    with contextlib.closing(store):
         answer = store.answer(query)
-        table = Table(title=f"FAQ candidates for {query!r}")
+        table = Table(title=Text(f"FAQ candidates for {visible(repr(query))}"))
         for column in ("id", "score", "question", "matched form", "answer"):
             table.add_column(column)
         for match in store.search(query, limit):
-            table.add_row(str(match.faq_id), f"{match.score:.3f}", match.question, match.matched,
-                          match.answer[:80])  # fmt: skip
+            table.add_row(str(match.faq_id), f"{match.score:.3f}", _cell(match.question),
+                          _cell(match.matched), _cell(match.answer, 80))  # fmt: skip
         console.print(table)
         verdict = f"answers with entry {answer.faq_id}" if answer else "no confident answer"
         console.print(f"threshold {store.threshold:.2f}: {verdict}")
@@ -631,7 +749,7 @@ def stats(
     waited for another's (coalesced), what the cache declined to store or serve, tokens and
     cost saved, answers reported wrong (from the shared store)."""
     seconds = _duration(window)
-    with _maintenance(redis_url, path, namespace) as cache:
+    with _reading(redis_url, path, namespace) as cache:
         while True:
             try:
                 figures = _read_figures(cache, seconds)
@@ -909,18 +1027,19 @@ def entries_list(
     namespace: Namespace = "default",
 ) -> None:
     """List the entries of the namespace: id, question, answer, tags."""
-    with _maintenance(redis_url, path, namespace) as cache:
+    with _reading(redis_url, path, namespace) as cache:
         found = cache.entries(tag=tag, prefix=prefix, category=category, limit=limit)
     if as_json:
         for e in found:
-            print(json.dumps(_entry_json(e), ensure_ascii=False))
+            print(_json(_entry_json(e)))
         return
-    table = Table(title=f"{len(found)} entries" + (f" (at most {limit})" if limit else ""))
+    title = _plural(len(found), "entry", "entries") + (f" (at most {limit})" if limit else "")
+    table = Table(title=title)
     for column in ("id", "question", "answer", "tags", "computed"):
         table.add_column(column)
     for e in found:
-        table.add_row(e.id.rsplit(":", 1)[-1][:12], e.question[:60], e.answer[:60],
-                      ", ".join(e.tags), _when(e.computed_at))  # fmt: skip
+        table.add_row(_digest(e.id)[:12], _cell(e.question, 60), _cell(e.answer, 60),
+                      _cell(", ".join(e.tags)), _when(e.computed_at))  # fmt: skip
     console.print(table)
 
 
@@ -932,11 +1051,14 @@ def entries_show(
     namespace: Namespace = "default",
 ) -> None:
     """Show one entry in full."""
-    with _maintenance(redis_url, path, namespace) as cache:
-        entry = cache.entry(_full_id(cache, entry_id))
+    with _reading(redis_url, path, namespace) as cache:
+        [(_, full, why)] = resolve_ids([entry_id], _entry_keys(cache))
+        if full is None:
+            _fail(f"no entry shown: {why}", entry_id)
+        entry = cache.entry(full)
     if entry is None:
         _fail("no such entry (expired, deleted or stale)", entry_id)
-    print(json.dumps(_entry_json(entry), ensure_ascii=False, indent=1))
+    print(_json(_entry_json(entry), indent=1))
 
 
 @entries_app.command("delete")
@@ -946,21 +1068,66 @@ def entries_delete(
     path: Path_ = None,
     namespace: Namespace = "default",
 ) -> None:
-    """Delete entries, in every process (a question indexed for one is not served again)."""
+    """Delete entries, in every process (a question indexed for one is not served again).
+    Each id is the full one or at least 8 characters of its start, as ``entries list`` shows
+    it, and starts exactly one entry's id; each id's outcome is printed, and the exit status
+    is 1 when any was not deleted (after trying them all)."""
+    deleted = 0
     with _maintenance(redis_url, path, namespace) as cache:
-        for entry_id in entry_ids:
-            cache.delete(_full_id(cache, entry_id))
-    console.print(f"deleted {len(entry_ids)} entries")
+        for given, full, why in resolve_ids(entry_ids, _entry_keys(cache)):
+            if full is not None:
+                try:
+                    cache.delete(full)
+                except _expected_errors() as exc:
+                    why = " ".join(_one_line(exc).split())
+                else:
+                    deleted += 1
+            outcome = "deleted" if not why else f"not deleted: {why}"
+            console.print(f"{visible(given)}: {outcome}", markup=False, highlight=False)
+    failed = len(entry_ids) - deleted
+    console.print(f"deleted {_plural(deleted, 'entry', 'entries')}"
+                  + (f", {failed} not deleted" if failed else ""), markup=False)  # fmt: skip
+    if failed:
+        raise typer.Exit(1)
 
 
-def _full_id(cache: Cache, given: str) -> str:
-    """An entry id from the start of its digest (as ``entries list`` shows it) or whole."""
-    if ":" in given:
-        return given
-    matches = [e.id for e in cache.entries() if e.id.rsplit(":", 1)[-1].startswith(given)]
-    if len(matches) != 1:
-        _fail("no entry has this id" if not matches else "several entries start so", given)
-    return matches[0]
+MIN_ID_PREFIX = 8  # characters of an id's digest that name it (entries show, entries delete)
+
+
+def resolve_ids(given: Sequence[str], ids: Sequence[str]) -> list[tuple[str, str | None, str]]:
+    """``(given, full id or None, why not)`` for each given id: a full id (or a hit's
+    ``entry_id``, ``s:`` and all), or at least ``MIN_ID_PREFIX`` characters of the start of an
+    id's digest (as ``entries list`` shows it) that start exactly one of ``ids``."""
+    out: list[tuple[str, str | None, str]] = []
+    known = set(ids)
+    for text in given:
+        if ":" in text:
+            full = text[2:] if text.startswith("s:") else text
+            out.append((text, full, "") if full in known else (text, None, "not found"))
+            continue
+        if len(text) < MIN_ID_PREFIX:
+            out.append((text, None, f"too short (at least {MIN_ID_PREFIX} characters of the id,"
+                                    " or all of it)"))  # fmt: skip
+            continue
+        matches = [i for i in ids if _digest(i).startswith(text.lower())]
+        if len(matches) == 1:
+            out.append((text, matches[0], ""))
+        else:
+            why = "not found" if not matches else f"ambiguous: {len(matches)} entries"
+            out.append((text, None, why))
+    return out
+
+
+def _entry_keys(cache: Cache) -> list[str]:
+    """Every entry id of the namespace in the store (stale ones too), keys only."""
+    store = cache.exact.store
+    if store is None:
+        return [e.id for e in cache.entries()]
+    return list(store.keys(cache.namespace))
+
+
+def _digest(entry_id: str) -> str:
+    return entry_id.rsplit(":", 1)[-1]
 
 
 def _entry_json(e: Any) -> dict[str, Any]:
