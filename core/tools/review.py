@@ -499,7 +499,7 @@ threshold in force: {{ '%.3f'|format(threshold) if threshold else '—' }}
      ('different', 'not the same' if r.about_candidates else 'mark wrong')]) %}{% endif %}
   {% if r.deletable and not r.acted %}{% set _ = actions.append(('delete', 'delete the entry'))
   %}{% endif %}
-  {% if (r.tags or r.deletable) and not r.acted %}{% set _ = actions.append(('invalidate',
+  {% if (r.tags or r.tier == 'semantic') and not r.acted %}{% set _ = actions.append(('invalidate',
      'invalidate its tags')) %}{% endif %}
   {% for action, text in actions %}
   <form class="inline" method="post" action="/request/{{ r.rowid }}">
