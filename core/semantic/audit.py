@@ -348,7 +348,11 @@ class AuditLog:
         elif verdict == "any":
             where.append("(verdict IS NOT NULL OR acted IS NOT NULL)")
         bounds: tuple[tuple[str, float | None], ...] = (
-            ("ts >= ?", since), ("ts <= ?", until), ("rowid < ?", before), ("rowid > ?", after))
+            ("ts >= ?", since),
+            ("ts <= ?", until),
+            ("rowid < ?", before),
+            ("rowid > ?", after),
+        )
         for condition, bound in bounds:
             if bound is not None:
                 where.append(condition)
