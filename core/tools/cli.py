@@ -650,7 +650,7 @@ def faq_delete(
     """Delete FAQ entries by id."""
     with _open(redis_url, path, namespace, exact=Exact(bloom=False), semantic=False) as cache:
         count = cache.delete_faq(ids)
-    console.print(f"deleted {count} of {len(ids)} entries")
+    console.print(f"deleted {count} of {_plural(len(ids), 'entry', 'entries')}")
     if count < len(ids):
         raise typer.Exit(1)
 
