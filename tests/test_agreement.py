@@ -21,10 +21,10 @@ PROBES = Path(__file__).resolve().parents[1] / "benchmarks" / "probes"
 CHARGE = "Why was I charged a fee when I took cash out of the ATM?"
 GROUP = [
     "Why did the ATM withdrawal cost me a fee?",
-    "Why is there a fee on my cash withdrawal?",
-    "Why was I charged for withdrawing cash?",
+    "Why is there a fee on my ATM cash withdrawal?",
+    "Why was I charged for withdrawing cash at the ATM?",
 ]
-PARAPHRASE = "Why did I get charged a fee for an ATM withdrawal?"  # a word rule refuses it
+PARAPHRASE = "Why did I get a fee for an ATM withdrawal?"  # a word rule refuses it
 FEE_ANSWER = "A fee applies to withdrawals above the monthly free allowance."
 
 

@@ -359,3 +359,22 @@ def _app_client(audit: AuditLog) -> Any:
 
     cache = Cache(path=audit.path.with_name("page.sqlite3"), faq=False, semantic=False)
     return TestClient(review_app(cache, audit), base_url="http://127.0.0.1")
+
+
+def test_a_hit_on_the_same_question_in_another_form_is_recorded_for_review(
+    tmp_path: Path,
+) -> None:
+    """A question served as another form of a stored one ("HOW DO I …") is recorded with the
+    question and the candidate it matched, so a person sees it and "not the same" acts on it
+    (the decision returned before recording either)."""
+    with Cache(path=tmp_path / "f.sqlite3", faq=False, semantic=Semantic()) as cache:
+        request = cache.request("How do I reset my password on the website?")
+        cache.update(request, "Use the 'Forgot password' link.")
+        hit = cache.lookup(cache.request("HOW DO I RESET MY PASSWORD ON THE WEBSITE?"))
+        assert hit is not None and hit.tier == "semantic"
+        audit = cache.semantic.audit  # type: ignore[union-attr]
+        assert audit is not None
+        decision = audit.recent(1)[0]
+        assert decision["served_by"] == "form"
+        assert decision["question"]
+        assert [c["ref"] for c in decision["candidates"]] == [hit.entry_id.removeprefix("s:")]

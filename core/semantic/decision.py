@@ -39,7 +39,6 @@ __all__ = [
     "MIN_ANSWERS",
     "MIN_LABELS",
     "NEIGHBOUR_FLOOR",
-    "SOFT_PENALTY",
     "agreed_score",
     "agreeing",
     "agreement",
@@ -110,17 +109,15 @@ def agreement(answers: Sequence[str | None], i: int) -> str:
 # of its group (``groups.py``).  Measured on banking77 and clinc150 (``benchmarks/decision.py``):
 # among candidates at 0.80 or more it separates right from wrong with AUC 0.85 / 0.90 where
 # the cosine alone has 0.64 / 0.71.
-AGREE_BONUS = 0.04
+AGREE_BONUS = 0.05
 NEIGHBOUR_FLOOR = 0.70
-AGREE_MARGIN = 0.06  # above the calibrated threshold: what agreement must reach
-SOFT_PENALTY = 0.04  # a soft rule the candidate's group does not explain
+AGREE_MARGIN = 0.02  # above the calibrated threshold: what agreement must reach
 
 
-def agreed_score(score: float, agreeing: int, *, unexplained: bool) -> float:
+def agreed_score(score: float, agreeing: int) -> float:
     """A candidate's score with ``agreeing`` neighbours of its group: its cosine, plus
-    ``AGREE_BONUS`` each, less ``SOFT_PENALTY`` where a soft rule refuses it and its group
-    does not explain the difference."""
-    return score + AGREE_BONUS * agreeing - (SOFT_PENALTY if unexplained else 0.0)
+    ``AGREE_BONUS`` each."""
+    return score + AGREE_BONUS * agreeing
 
 
 def agreeing(groups: Sequence[str | None], i: int) -> int:

@@ -55,6 +55,7 @@ from .guards.checks import (
     Guard,
     check,
     differing_words,
+    group_explains,
     verdicts,
     warm_up,
     words_covered,
@@ -248,17 +249,18 @@ class SemanticTier:
         assert located is not None
         question = folded(located.question)  # the canonical form: what every comparison sees
         where = {"scope": self._scope(request, located)["scope"]}
+        pool = self.pool(request, question)
+        decision.pool, decision.question = pool, question  # (for a review of any outcome)
         found = self._plausible(self.index.find({**where, "form": form_key(question)}, self.top_k))
         for candidate in found:
             if same_question(str(candidate.payload.get("question", "")), question):
                 entry = self._resolve(candidate, resolve, decision)
                 if entry is not None:  # the same question in another form: no model asked
+                    decision.candidates = [_reviewed(candidate)]
                     return self._hit(candidate, entry, decision, "form")
         static = self.threshold_for(request.category)
         learning = self.learning if self.learns else None
-        pool = self.pool(request, question)
         decision.threshold = round(self.threshold_for(request.category, pool), 3)
-        decision.pool, decision.question = pool, question
         query = _embeddable(question)  # what the guards judge: as typed, bar capitals
         compared = embedded_text(query)
         vector = self.embedder.embed([compared])[0]
@@ -480,10 +482,8 @@ class SemanticTier:
                 near[i].score = float(np.dot(vectors[2 * n], vectors[2 * n + 1]))
         if decision is not None:  # the near ones too, under the threshold: what a person
             decision.candidates = [  # reviewing the decision wants to see
-                {"id": c.id, "ref": str(c.payload.get("ref", "")), "score": round(c.score, 4),
-                 "question": str(c.payload.get("question", ""))}
-                for c in sorted(near, key=lambda c: -c.score)[: self.top_k]
-            ]  # fmt: skip
+                _reviewed(c) for c in sorted(near, key=lambda c: -c.score)[: self.top_k]
+            ]
         kept = (c for c in near if c.score >= threshold)
         return sorted(kept, key=lambda c: -c.score)
 
@@ -652,16 +652,24 @@ class _Judged:
     ) -> str | None:
         """Why candidate ``i``, which ``agreeing`` neighbours agree with, is refused: a rule
         other than the word rules (the hard ones, order, relation, mood, person, question
-        form), or a score under the bar (``decision.agreed_score``: the word rules' refusal a
-        penalty unless its group explains the words); ``None``: served."""
+        form) against it or another of its group, content words its group does not show
+        harmless (``group_explains``), or a score under the bar (``decision.agreed_score``);
+        ``None``: served."""
         fired, _, _ = self.rules(i)
-        structural = [rule for rule in fired if rule not in WORD_RULES]
-        if structural:  # a hard rule, or order, relation, mood, person, question form
-            return structural[0]
-        unexplained = bool(fired) and not self.cluster_explains(i, groups)
-        score = agreed_score(self.candidates[i].score, agreeing, unexplained=unexplained)
-        if score < threshold + AGREE_MARGIN:
-            return fired[0] if unexplained else "threshold"
+        members = [j for j, group in enumerate(groups) if group == groups[i]]
+        nearest = max(range(len(groups)), key=lambda j: self.candidates[j].score)
+        if nearest not in members:  # a nearer question got another answer: its group would
+            return "split"  # win by its size, not by its closeness
+        for j in members:  # none of its group differs from the question provably or in order
+            fatal = [rule for rule in self.rules(j)[0]
+                     if rule not in WORD_RULES and (j == i or rule in _GROUP_VETOES)]  # fmt: skip
+            if fatal:
+                return fatal[0]
+        others = [self.question(j) for j in members if j != i]
+        if not group_explains(self.query, self.question(i), others):
+            return fired[0] if fired else "content.unexplained"
+        if agreed_score(self.candidates[i].score, agreeing) < threshold + AGREE_MARGIN:
+            return "threshold"
         return None
 
     def cluster_explains(self, i: int, answers: list[str | None]) -> bool:
@@ -687,6 +695,18 @@ class _Judged:
             ):
                 return False
         return True
+
+
+# what refuses a candidate when another question of its group shows it: a provable
+# difference, or the order of its words (a direction swapped: "convert PDF to Word")
+_GROUP_VETOES = HARD_RULES | {"structure.order"}
+
+
+def _reviewed(candidate: Candidate) -> dict[str, object]:
+    """What the audit record keeps of a candidate (``tricache review`` shows and acts on it)."""
+    return {"id": candidate.id, "ref": str(candidate.payload.get("ref", "")),
+            "score": round(candidate.score, 4),
+            "question": str(candidate.payload.get("question", ""))}  # fmt: skip
 
 
 def _note(decision: Decision, point: str, **fields: object) -> None:

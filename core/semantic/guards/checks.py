@@ -56,6 +56,7 @@ __all__ = [
     "any_substitution",
     "check",
     "differing_words",
+    "group_explains",
     "rule_id",
     "verdicts",
     "warm_up",
@@ -944,6 +945,26 @@ def words_covered(new: str, cached: str, other: str) -> bool:
         return True
     c, _ = _analyses(other, new)
     return extra <= set(_content_stems(c))
+
+
+def group_explains(new: str, cached: str, others: Sequence[str]) -> bool:
+    """Whether the content words ``new`` and ``cached`` differ in are differences the other
+    questions of ``cached``'s answer group already show harmless: each word only ``new``
+    has is a word of one of them, and each word only ``cached`` has is missing from one of
+    them ("… for children" next to a group that only ever asks "… for adults" is not)."""
+    a, b = _analyses(cached, new)
+    only_new, only_cached = _unmatched(b, a), _unmatched(a, b)
+    if not (only_new or only_cached):
+        return True
+    seen = [_analyses(other, new)[0] for other in others]
+    has = [(set(_content_stems(x)), x) for x in seen]
+
+    def holds(word: str, stems: set[str], x: Analysis) -> bool:
+        return word in stems or bool(CJK.match(word) and _within(word, x))
+
+    return all(any(holds(w, st, x) for st, x in has) for w in only_new) and all(
+        any(not holds(w, st, x) for st, x in has) for w in only_cached
+    )
 
 
 def _analyses(cached: str, new: str) -> tuple[Analysis, Analysis]:
