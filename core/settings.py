@@ -178,6 +178,10 @@ class Semantic:
     rerank_threshold: float = 0.5
     audit: bool = True  # record every decision for calibration and review
     audit_questions: bool = True  # the questions in full (tricache review); False: hashes only
+    # how long the audit log keeps rows, and its size at most (None: TRICACHE_AUDIT_KEEP_DAYS
+    # and TRICACHE_AUDIT_KEEP_MB, else 30 days and 100 MB)
+    audit_keep_days: float | None = None
+    audit_keep_mb: float | None = None
     vector_path: str | Path | None = None  # where this machine's replicas of the index live
     learn: Learn | None = None  # learn decisions from the app's traffic (off: the threshold)
     # stored neighbours that got the same answer raise a candidate's score (``decision.py``);
@@ -203,6 +207,9 @@ class Semantic:
         _flag("Semantic", "audit", self.audit)
         _flag("Semantic", "agreement", self.agreement)
         _flag("Semantic", "audit_questions", self.audit_questions)
+        for name in ("audit_keep_days", "audit_keep_mb"):
+            if (value := getattr(self, name)) is not None:
+                _number("Semantic", name, value, 0, 1e9)
         _optional("Semantic", "vector_path", self.vector_path, (str, Path))
         _optional("Semantic", "learn", self.learn, Learn)
 

@@ -378,3 +378,31 @@ def test_a_hit_on_the_same_question_in_another_form_is_recorded_for_review(
         assert decision["served_by"] == "form"
         assert decision["question"]
         assert [c["ref"] for c in decision["candidates"]] == [hit.entry_id.removeprefix("s:")]
+
+
+def test_retention_is_a_setting_of_the_semantic_tier(tmp_path: Path) -> None:
+    """``Semantic(audit_keep_days=, audit_keep_mb=)`` reach the audit log; nonsense is refused
+    when the settings are built."""
+    with Cache(path=tmp_path / "r.sqlite3", faq=False,
+               semantic=Semantic(audit_keep_days=2, audit_keep_mb=5)) as cache:  # fmt: skip
+        audit = cache.semantic.audit  # type: ignore[union-attr]
+        assert audit is not None
+        assert (audit.retention.days, audit.retention.mb) == (2, 5)
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(ValueError, match="audit_keep_days"):
+            Semantic(audit_keep_days=bad)
+
+
+def test_review_on_a_file_that_is_not_an_audit_log_changes_nothing(tmp_path: Path) -> None:
+    """``tricache review --audit <a file that is not a database>``: one line, exit 2, and the
+    file keeps its bytes and its mode."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n", encoding="utf-8")
+    notes.chmod(0o644)
+    run = subprocess.run(["tricache", "review", "--audit", str(notes), "--path",
+                          str(tmp_path / "s.sqlite3"), "--port", str(free_port())],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "not an audit log" in run.stderr
+    assert notes.read_text(encoding="utf-8") == "my notes\n"
+    assert notes.stat().st_mode & 0o777 == 0o644

@@ -125,6 +125,23 @@ def _setting(name: str, given: float | None, default: float) -> float:
     return float(given)
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_foreign(path: Path) -> None:
+    """A ``ValueError`` for a file at ``path`` that is not empty and not SQLite: it is not
+    an audit log, and nothing (its mode included) may be changed."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(f"cannot read the audit log {path}: {exc}") from None
+    if head and head != _SQLITE_HEADER:
+        raise ValueError(f"{path} is not an audit log (not an SQLite database)")
+
+
 class AuditLog:
     """Requests, decisions and feedback in ``path`` (SQLite); bounded queue, never blocks a
     lookup.
@@ -145,6 +162,7 @@ class AuditLog:
         self.path = Path(path)
         self.questions = questions  # False: the questions are not kept, only keyed hashes
         self.retention = Retention.from_env(keep_days, keep_mb)
+        _refuse_foreign(self.path)  # before anything changes it
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         private_sqlite(self.path)
         self._secret = secret if secret is not None else _secret()

@@ -57,7 +57,14 @@ def open_semantic(
         with native():  # the vector index (an exit waits for it)
             index = _open_index(settings, store, namespace, vector_path, embedder)
         where = Path(vector_path or data_dir()) / "audit.sqlite3"
-        audit = AuditLog(where, questions=settings.audit_questions) if settings.audit else None
+        audit = None
+        if settings.audit:
+            audit = AuditLog(
+                where,
+                questions=settings.audit_questions,
+                keep_days=settings.audit_keep_days,
+                keep_mb=settings.audit_keep_mb,
+            )
         learning = _learning(settings.learn or faq_learn, store, namespace, resolve, embedder,
                              metrics)  # fmt: skip
     except Exiting:
