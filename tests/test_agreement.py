@@ -7,7 +7,11 @@ embedder) the way an app does: a lookup, the model's answer stored on a miss."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +131,32 @@ def test_after_a_warm_up_no_look_alike_is_served_next_to_agreeing_neighbours(
             if hit is not None and hit.text == f"the answer of cluster {i}":
                 served.append((kind, asked))
         assert len(served) <= 1, served
+
+
+def test_groups_live_in_the_store_for_every_process_and_a_wrong_verdict_shrinks_them(
+    tmp_path: Path,
+) -> None:
+    """The groups one process formed serve in another process started afterwards (they are
+    in the points, not in memory); a wrong verdict on an agreement hit takes that match out,
+    and the question is not served from it again."""
+    path = tmp_path / "shared.sqlite3"
+    with _cache(path) as cache:
+        for question in [CHARGE, *GROUP]:
+            _ask(cache, question, FEE_ANSWER)
+    script = (
+        "import json, sys\n"
+        "from tricache import Cache, Semantic\n"
+        f"with Cache(path={str(path)!r}, faq=False, semantic=Semantic(audit=True)) as c:\n"
+        f"    hit = c.lookup(c.request({PARAPHRASE!r}))\n"
+        "    by = c.semantic.audit.recent(1)[0]['served_by']\n"
+        "    print(json.dumps([hit and hit.text, by, hit and hit.entry_id]))\n"
+    )
+    env = {**os.environ, "TRICACHE_WARM": "1"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=300, check=True).stdout  # fmt: skip
+    text, by, entry_id = json.loads(out.strip().splitlines()[-1])
+    assert (text, by) == (FEE_ANSWER, "agreement")
+    with _cache(path) as cache:
+        cache.feedback(entry_id, correct=False)
+        hit = cache.lookup(cache.request(PARAPHRASE))
+        assert hit is None or hit.entry_id != entry_id
