@@ -160,3 +160,23 @@ def test_groups_live_in_the_store_for_every_process_and_a_wrong_verdict_shrinks_
         cache.feedback(entry_id, correct=False)
         hit = cache.lookup(cache.request(PARAPHRASE))
         assert hit is None or hit.entry_id != entry_id
+
+
+def test_the_review_page_shows_each_candidates_answer_group(tmp_path: Path) -> None:
+    """A person reviewing an agreement hit sees how many neighbours agreed and the group each
+    candidate's answer belongs to."""
+    from starlette.testclient import TestClient
+
+    from tricache.tools.review import review_app
+
+    with Cache(path=tmp_path / "r.sqlite3", faq=False, semantic=Semantic()) as cache:
+        for question in [CHARGE, *GROUP]:
+            _ask(cache, question, FEE_ANSWER)
+        assert cache.lookup(cache.request(PARAPHRASE)) is not None
+        audit = cache.semantic.audit  # type: ignore[union-attr]
+        decision = audit.recent(1)[0]  # type: ignore[union-attr]
+        groups = {c["group"] for c in decision["candidates"]}
+        assert len(groups) == 1 and "" not in groups
+        page = TestClient(review_app(cache, audit), base_url="http://127.0.0.1").get("/")
+        assert page.status_code == 200
+        assert "agreeing" in page.text and f"answer group {groups.pop()[:8]}" in page.text

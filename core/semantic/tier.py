@@ -706,7 +706,8 @@ def _reviewed(candidate: Candidate) -> dict[str, object]:
     """What the audit record keeps of a candidate (``tricache review`` shows and acts on it)."""
     return {"id": candidate.id, "ref": str(candidate.payload.get("ref", "")),
             "score": round(candidate.score, 4),
-            "question": str(candidate.payload.get("question", ""))}  # fmt: skip
+            "question": str(candidate.payload.get("question", "")),
+            "group": _answer_of(candidate) or ""}  # fmt: skip
 
 
 def _note(decision: Decision, point: str, **fields: object) -> None:

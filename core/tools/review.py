@@ -487,7 +487,8 @@ threshold in force: {{ '%.3f'|format(threshold) if threshold else '—' }}
   {% elif not r.served %}<span class="small">(no answer stored)</span>{% endif %}</td>
  <td>{% for c in r.candidates %}<div>{{ '%.3f'|format(c.score) }} · {{ c.question }}
   <span class="rules">{{ c.why }}{% if c.rules %} [{{ c.rules|join(', ') }}]{% endif %}
-  {% if c.agreeing %} · {{ c.agreeing }} agreeing{% endif %}</span></div>
+  {% if c.agreeing %} · {{ c.agreeing }} agreeing{% endif %}
+  {% if c.group is string and c.group %} · answer group {{ c.group[:8] }}{% endif %}</span></div>
  {% else %}<span class="small">none</span>{% endfor %}</td>
  <td>{% if r.verdict %}<div class="verdict">verdict: {{ r.verdict }}</div>{% endif %}
   {% if r.acted %}<div class="verdict">done: {{ r.acted }}</div>{% endif %}
