@@ -453,15 +453,18 @@ class AuditLog:
             rows = db.execute(f"SELECT rowid, * FROM {table} ORDER BY ts DESC LIMIT ?", (limit,))
             return [_decoded(dict(r)) for r in rows]
 
-    def close(self) -> None:
-        self.flush()
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, prune if due, and stop the writer (waiting ``timeout`` at
+        most: the log is whole when it returns)."""
+        self.flush(timeout)
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
+        if self._writer is not threading.current_thread():
+            self._writer.join(timeout)
 
     def _at_exit(self) -> None:
         """The interpreter exits: write what is queued (a few milliseconds), then stop."""
-        self.flush(timeout=2.0)
-        self.close()
+        self.close(timeout=2.0)
 
 
 def _outcome(row: dict[str, Any]) -> str:
@@ -517,6 +520,9 @@ def _write_forever(
         for _ in batch:
             items.task_done()
         if None in batch:
+            if since_pruned >= _PRUNE_EVERY_ROWS:  # (what the last rows added, pruned too)
+                with contextlib.suppress(sqlite3.Error), busy:
+                    _prune(db, retention)
             db.close()
             return
 
