@@ -56,6 +56,7 @@ from .guards.checks import (
     check,
     differing_words,
     group_explains,
+    rule_id,
     verdicts,
     warm_up,
     words_covered,
@@ -303,6 +304,7 @@ class SemanticTier:
         ranked = sorted(range(len(candidates)),
                         key=lambda i: -(candidates[i].score + AGREE_BONUS * agreed[i]))  # fmt: skip
         judged = _Judged(self, candidates, query)
+        refused: set[str | None] = set()  # groups refused whichever member is asked
         for i in ranked:
             candidate = candidates[i]
             if candidate.score + AGREE_BONUS * agreed[i] < threshold:
@@ -312,9 +314,11 @@ class SemanticTier:
             if candidate.score >= threshold:
                 reason, decision.guards = check(str(candidate.payload.get("question", "")),
                                                 query, self.guards)  # fmt: skip
-            if reason is not None and agreed[i]:
+            if reason is not None and agreed[i] and groups[i] not in refused:
                 _note(decision, candidate.id, agreeing=agreed[i])
                 reason, by = judged.agreed(i, groups, agreed[i], threshold), "agreement"
+                if reason in judged.group_refusals:  # (so it is for every member)
+                    refused.add(groups[i])
             if reason is not None:
                 decision.rejected[candidate.id] = reason
                 if reason != "threshold":
@@ -632,6 +636,8 @@ class _Judged:
         self.tier, self.candidates, self.query = tier, candidates, query
         self.learning, self.pool = learning, pool
         self._rules: dict[int, tuple[tuple[str, ...], str, bool]] = {}
+        self._vetoes: dict[int, tuple[str, ...]] = {}
+        self.group_refusals: set[str] = set()  # reasons that refuse a group, not a member
 
     def question(self, i: int) -> str:
         return str(self.candidates[i].payload.get("question", ""))
@@ -655,22 +661,34 @@ class _Judged:
         form) against it or another of its group, content words its group does not show
         harmless (``group_explains``), or a score under the bar (``decision.agreed_score``);
         ``None``: served."""
-        fired, _, _ = self.rules(i)
         members = [j for j, group in enumerate(groups) if group == groups[i]]
         nearest = max(range(len(groups)), key=lambda j: self.candidates[j].score)
         if nearest not in members:  # a nearer question got another answer: its group would
-            return "split"  # win by its size, not by its closeness
-        for j in members:  # none of its group differs from the question provably or in order
-            fatal = [rule for rule in self.rules(j)[0]
-                     if rule not in WORD_RULES and (j == i or rule in _GROUP_VETOES)]  # fmt: skip
-            if fatal:
-                return fatal[0]
+            self.group_refusals.add("split")  # win by its size, not by its closeness
+            return "split"
+        if agreed_score(self.candidates[i].score, agreeing) < threshold + AGREE_MARGIN:
+            return "threshold"  # (first: the rules cost more than the rest together)
+        fired, _, _ = self.rules(i)
+        structural = [rule for rule in fired if rule not in WORD_RULES]
+        if structural:
+            return structural[0]
         others = [self.question(j) for j in members if j != i]
         if not group_explains(self.query, self.question(i), others):
             return fired[0] if fired else "content.unexplained"
-        if agreed_score(self.candidates[i].score, agreeing) < threshold + AGREE_MARGIN:
-            return "threshold"
+        for j in members:  # none of its group differs from the question provably or in order
+            if j != i and (veto := self.vetoes(j)):
+                self.group_refusals.add(f"group.{veto[0]}")
+                return f"group.{veto[0]}"
         return None
+
+    def vetoes(self, j: int) -> tuple[str, ...]:
+        """The rules of ``_GROUP_VETOES`` that refuse candidate ``j`` (only those run)."""
+        if j in self._rules:
+            return tuple(rule for rule in self._rules[j][0] if rule in _GROUP_VETOES)
+        if j not in self._vetoes:
+            guards = [g for g in self.tier.guards if rule_id(g) in _GROUP_VETOES]
+            self._vetoes[j] = verdicts(self.question(j), self.query, guards, all_rules=True)
+        return self._vetoes[j]
 
     def cluster_explains(self, i: int, answers: list[str | None]) -> bool:
         """Whether the candidates holding candidate ``i``'s answer — paraphrases the LLM
