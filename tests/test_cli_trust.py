@@ -270,3 +270,18 @@ def test_a_quick_cache_and_close_logs_no_bloom_failure(
         cache.close()
     failed = [r.getMessage() for r in caplog.records if "closed database" in r.getMessage()]
     assert not failed, f"{len(failed)} warnings in 30 runs: {failed[0]}"
+
+
+def test_entries_show_of_a_stored_entry_writes_nothing(tmp_path: Path) -> None:
+    """``entries show`` of an entry that is there reads it: no "last used" write is tried on
+    the read-only store (it printed "sqlite store touch failed: attempt to write a readonly
+    database")."""
+    path = tmp_path / "s.sqlite3"
+    [entry_id] = _entry_ids(path, ["How do I reset my password?"])
+    before = _files(tmp_path)
+    prefix = entry_id.rsplit(":", 1)[-1][:12]
+    shown = _tricache(tmp_path, "entries", "show", prefix, "--path", str(path), "-n", "t")
+    assert shown.returncode == 0, shown.stderr
+    assert "How do I reset my password?" in shown.stdout
+    assert "readonly" not in shown.stderr and "failed" not in shown.stderr, shown.stderr
+    assert _files(tmp_path) == before

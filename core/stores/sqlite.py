@@ -214,7 +214,7 @@ class SQLiteStore:
         )
         if not rows:
             return None
-        if len(self._touched) < _TOUCHED_MAX:
+        if len(self._touched) < _TOUCHED_MAX and not self.read_only:
             self._touched[key] = now
         return Record(bytes(rows[0][0]), rows[0][1])
 
@@ -245,7 +245,11 @@ class SQLiteStore:
     def touch(self, keys: Sequence[str]) -> None:
         """``keys`` were just served from a level in front of the store (L1): write them, and
         the reads remembered since the last time, as used now, in short transactions.  The
-        exact tier's background thread calls it (every second at most), never a request."""
+        exact tier's background thread calls it (every second at most), never a request.
+        A store opened read-only remembers nothing and writes nothing."""
+        if self.read_only:
+            self._touched.clear()
+            return
         now = self._clock()
         for key in keys:
             if len(self._touched) < _TOUCHED_MAX:
