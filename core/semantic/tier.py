@@ -583,7 +583,11 @@ class SemanticTier:
         """``draft`` (of a miss's answer) in the answer group of the nearest candidate its
         lookup found whose answer says the same, if any (``groups.py``)."""
         near = self.near.take(str(draft.get("ref", "")))
-        group = joined_group(answer, near, resolve, self.embedder.embed) if near else None
+        try:
+            group = joined_group(answer, near, resolve, self.embedder.embed) if near else None
+        except Exception as exc:  # (comparing answers must never keep one from its index)
+            log.debug("tricache: answer group not joined: %s", exc)
+            return draft
         if group is None:
             return draft
         self.metrics.incr(TIER, "groups_joined")
