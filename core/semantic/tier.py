@@ -294,10 +294,10 @@ class SemanticTier:
         decision: Decision,
         threshold: float,
     ) -> SemanticHit | None:
-        """Today's rules, then the neighbours: a candidate at the calibrated ``threshold`` that
-        passes every guard is served, as it always was; one under it, or refused by a soft
-        rule, is served when stored neighbours got its answer (``decision.agreed_score``) and
-        no hard rule refuses it.  Best first by that score."""
+        """The rules, then the neighbours: a candidate at the calibrated ``threshold`` that
+        passes every guard is served, as it always was; one under it, or refused by a word
+        rule, is served when stored neighbours got its answer and its group explains how it
+        differs (``_Judged.agreed``).  Best first by cosine plus the neighbours' bonus."""
         groups: list[str | None] = [_answer_of(c) if self.agreement else None
                                     for c in candidates]  # fmt: skip
         agreed = [agreeing(groups, i) for i in range(len(candidates))]
