@@ -30,7 +30,7 @@ from tricache.semantic.points import judged
 
 DECISIONS = {
     "static (today)": lambda: Semantic(audit=False),
-    "plain @0.94": lambda: Semantic(audit=False, threshold=0.94, guards=()),
+    "plain @0.94": lambda: Semantic(audit=False, threshold=0.94, guards=(), agreement=False),
     "learned δ=1.0%": lambda: Semantic(audit=False, learn=Learn(error_bound=0.01)),
 }
 

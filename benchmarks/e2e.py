@@ -671,6 +671,7 @@ def contenders(
         return make
 
     out.append(tricache("TriCache (embedded)"))
+    out.append(tricache("TriCache (embedded, rules only)", semantic=Semantic(agreement=False)))
     learn = Semantic(learn=Learn(error_bound=0.01))
     out.append(tricache("TriCache (embedded, learning δ=1%)", semantic=learn))
     if redis_url:

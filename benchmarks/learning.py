@@ -147,8 +147,12 @@ def contenders(name: str) -> dict[str, Callable[[Path], Cache]]:
         "learned δ=0.5%": make(Semantic(audit=False, learn=Learn(error_bound=0.005))),
         "learned δ=1%": make(Semantic(audit=False, learn=Learn(error_bound=0.01))),
         "learned δ=2%": make(Semantic(audit=False, learn=Learn(error_bound=0.02))),
-        "peers' rule @0.80 (GPTCache)": make(Semantic(audit=False, threshold=0.80, guards=())),
-        "peers' rule @0.90 (RedisVL)": make(Semantic(audit=False, threshold=0.90, guards=())),
+        "peers' rule @0.80 (GPTCache)": make(
+            Semantic(audit=False, threshold=0.80, guards=(), agreement=False)
+        ),
+        "peers' rule @0.90 (RedisVL)": make(
+            Semantic(audit=False, threshold=0.90, guards=(), agreement=False)
+        ),
     }
 
 
