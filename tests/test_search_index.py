@@ -303,8 +303,11 @@ def test_an_index_dropped_by_someone_is_made_again(
     assert [c.id for c in index.search(new, {"scope": "s"}, 5, 0.5)] == [new_id_]
     if with_documents:  # its points went with it
         assert index.search(old, {"scope": "s"}, 5, 0.5) == []
-    else:  # the hashes left are indexed again (in the background)
-        assert until(lambda: [c.id for c in index.search(old, {"scope": "s"}, 5, 0.5)] == [old_id])
+    else:  # the hashes left are indexed again (in the background: a loaded machine may take
+        # seconds to schedule its thread; CI once missed a 5 s wait)
+        assert until(
+            lambda: [c.id for c in index.search(old, {"scope": "s"}, 5, 0.5)] == [old_id], 30
+        )
 
 
 def _fill(index: RedisSearchIndex, count: int, seed: int) -> tuple[list[str], np.ndarray]:
