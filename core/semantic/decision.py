@@ -106,9 +106,10 @@ def agreement(answers: Sequence[str | None], i: int) -> str:
 
 # Neighbour agreement: a candidate's score is its cosine plus AGREE_BONUS for each other stored
 # question among the lookup's nearest (top_k, cosine NEIGHBOUR_FLOOR or more) whose answer is
-# of its group (``groups.py``).  Measured on banking77 and clinc150 (``benchmarks/decision.py``):
+# of its group (``groups.py``).  Measured on banking77 and clinc150 when issue #39 was filed:
 # among candidates at 0.80 or more it separates right from wrong with AUC 0.85 / 0.90 where
-# the cosine alone has 0.64 / 0.71.
+# the cosine alone has 0.64 / 0.71.  What it serves here is bounded by ``_Judged.agreed``
+# (tier.py); its frontier is in benchmarks/results/decision.md.
 AGREE_BONUS = 0.05
 NEIGHBOUR_FLOOR = 0.70
 AGREE_MARGIN = 0.02  # above the calibrated threshold: what agreement must reach
