@@ -308,9 +308,7 @@ def write(results: dict[str, Any], out: Path, command: str, took: float, quick: 
               "| set | decision | first third | second third | last third |",
               "|---|---|---|---|---|"]  # fmt: skip
     for name in sorted({label.split()[0] for label in streams}):
-        seeded = [
-            r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label
-        ]
+        seeded = _seeded(streams, name)
         for who in names:
             cells = [
                 f"{sum(r[who]['thirds'][k] for r in seeded) / len(seeded):.1%} / "
@@ -324,9 +322,7 @@ def write(results: dict[str, Any], out: Path, command: str, took: float, quick: 
               "| set | decision | avoided / wrong | plain threshold at that wrong rate |",
               "|---|---|---|---|"]  # fmt: skip
     for name in sorted({label.split()[0] for label in streams}):
-        seeded = [
-            r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label
-        ]
+        seeded = _seeded(streams, name)
         curve = _mean_curve(seeded, [w for w in names if w.startswith("plain")])
         for who in [w for w in names if not w.startswith("plain")]:
             avoided = sum(r[who]["avoided"] for r in seeded) / len(seeded)
@@ -411,9 +407,7 @@ def _plot(streams: dict[str, Any], names: list[str], path: Path) -> None:
     figure = Figure(figsize=(6 * len(sets), 4.5))
     axes = figure.subplots(1, len(sets), squeeze=False)[0]
     for ax, name in zip(axes, sets, strict=True):
-        seeded = [
-            r for label, r in streams.items() if label.startswith(name + " ") and "seed" in label
-        ]
+        seeded = _seeded(streams, name)
         plain = [w for w in names if w.startswith("plain")]
         curve = _mean_curve(seeded, plain)
         ax.plot([w * 100 for w, _ in curve], [a * 100 for _, a in curve], "o-", color="grey",

@@ -80,10 +80,14 @@ def review_app(
                                        limit)  # fmt: skip
         return HTMLResponse(html)
 
+    def _ours(form: Any) -> bool:
+        """Whether a POSTed form carries this server's token (a page it served)."""
+        return secrets.compare_digest(str(form.get("token", "")), token)
+
     async def verdict(request: Request) -> Response:
         """A verdict on a semantic decision by its row id (the API before request rows)."""
         form = await request.form()
-        if not secrets.compare_digest(str(form.get("token", "")), token):
+        if not _ours(form):
             return PlainTextResponse("stale or foreign form", status_code=403)
         rowid = int(request.path_params["rowid"])
         said = str(form.get("verdict", ""))
@@ -93,7 +97,7 @@ def review_app(
 
     async def act(request: Request) -> Response:
         form = await request.form()
-        if not secrets.compare_digest(str(form.get("token", "")), token):
+        if not _ours(form):
             return PlainTextResponse("stale or foreign form", status_code=403)
         rowid = int(request.path_params["rowid"])
         action = str(form.get("action", ""))
