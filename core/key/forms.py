@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from functools import lru_cache
 from hashlib import blake2b
 from itertools import pairwise
+from types import MappingProxyType
 
 from .words import FUNCTION_WORDS_EN, is_lower_case_word
 
@@ -272,6 +274,7 @@ _ABOUT_CHARACTERS = re.compile(
 )
 
 
+@lru_cache(maxsize=20_000)
 def about_words(text: str) -> bool:
     """True for a question about words themselves (their meaning, spelling, case,
     translation …): the spelling, case and apostrophes it holds are what it asks about."""
@@ -438,12 +441,14 @@ def _one_word(left: str, right: str, separator: str = " ", before: str = "") -> 
 _LATIN_RUN = re.compile(rf"{_ALNUM}+")
 
 
+@lru_cache(maxsize=8192)
 def unify(a: str, b: str) -> tuple[str, str]:
     """``a`` and ``b`` with each word that one writes in two or three parts (a space or a
     hyphen between them) and the other as one, written the same way on both sides (joined,
     lower case) where the join is form (``_one_word``): ``Wi-Fi`` / ``wifi``, ``ps 5`` /
     ``PS5``, ``sign in`` / ``signin``.  For the guards, which compare the two questions word
-    by word; nothing else is rewritten."""
+    by word; nothing else is rewritten (memoized: a lookup compares one pair in every rule,
+    and a candidate's group with the same question)."""
     if about_words(a) or about_words(b):
         return a, b  # "What does kick back mean?" asks about the spelling itself
     joined: dict[str, str] = {}  # a spelling (folded) → the joined form both sides get
@@ -453,12 +458,14 @@ def unify(a: str, b: str) -> tuple[str, str]:
         for size in (2, 3):
             for i in range(len(runs) - size + 1):
                 run = runs[i : i + size]
+                key = "".join(m.group().lower() for m in run)
+                if key not in whole:  # (first: most runs join into no word of the other)
+                    continue
                 separators = [x[p.end() : q.start()] for p, q in pairwise(run)]
                 if any(sep not in (" ", "-") for sep in separators):
                     continue
-                key = "".join(m.group().lower() for m in run)
                 before = runs[i - 1].group().lower() if i else ""
-                if key in whole and all(
+                if all(
                     _one_word(p.group().lower(), q.group().lower(), sep, before)
                     for (p, q), sep in zip(pairwise(run), separators, strict=True)
                 ):
@@ -486,6 +493,7 @@ def unify(a: str, b: str) -> tuple[str, str]:
 
 
 # Case --------------------------------------------------------------------------------------
+@lru_cache(maxsize=20_000)
 def tells_case(text: str) -> bool:
     """True for a text typed with case: it has capitals and lower-case letters (a text all
     in lower case, all in capitals, or in Title Case, tells nothing of the case of its
@@ -511,6 +519,7 @@ def _title_case(text: str) -> bool:
 _TITLE_SMALL = frozenset("a an the and or but nor of in on at to for by with from as vs".split())
 
 
+@lru_cache(maxsize=8192)
 def case_differs(x: str, y: str) -> bool:
     """True when the case of a word tells the two questions apart:
 
@@ -630,13 +639,15 @@ def _mixed(word: str) -> bool:
     return word != word.lower() and word != word.upper()
 
 
+@lru_cache(maxsize=20_000)
 def _word_cases(
     text: str, strict: bool = False
-) -> dict[str, tuple[frozenset[str], frozenset[bool]]]:
+) -> Mapping[str, tuple[frozenset[str], frozenset[bool]]]:
     """Each Latin word (folded), with how it is typed and whether each time with a capital,
     both where its case is its own: a capital that starts a sentence, and the pronoun "I"
     (typed "i" as often), are grammar's and left out (``strict``, in a question about words:
-    only the first word's, when it opens a question: "What", "How", "Define" …)."""
+    only the first word's, when it opens a question: "What", "How", "Define" …).  Memoized
+    (read-only): a stored question is compared with every question asked near it."""
     typed: dict[str, set[str]] = {}
     capitals: dict[str, set[bool]] = {}
     sentence_start = not _CJK.search(text)  # (Chinese text capitalizes no sentence: "Co中毒")
@@ -655,7 +666,7 @@ def _word_cases(
             sentence_start = False
         elif piece in _SENTENCE_ENDS and not strict:
             sentence_start = True
-    return {w: (frozenset(typed[w]), frozenset(capitals[w])) for w in typed}
+    return MappingProxyType({w: (frozenset(typed[w]), frozenset(capitals[w])) for w in typed})
 
 
 _PIECE = re.compile(rf"(?:(?!\d){_ALNUM})+|\d+|\S")

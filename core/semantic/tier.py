@@ -672,18 +672,28 @@ class _Judged:
             return "split"
         if agreed_score(self.candidates[i].score, agreeing) < threshold + AGREE_MARGIN:
             return "threshold"  # (first: the rules cost more than the rest together)
-        fired, _, _ = self.rules(i)
-        structural = [rule for rule in fired if rule not in WORD_RULES]
-        if structural:
-            return structural[0]
+        if structural := self.refusal(i):
+            return structural
         others = [self.question(j) for j in members if j != i]
         if not group_explains(self.query, self.question(i), others):
-            return fired[0] if fired else "content.unexplained"
+            words = [g for g in self.tier.guards if rule_id(g) in WORD_RULES]
+            return next(iter(self._verdicts(i, words, first=True)), "content.unexplained")
         for j in members:  # none of its group differs from the question provably or in order
             if j != i and (veto := self.vetoes(j)):
                 self.group_refusals.add(f"group.{veto[0]}")
                 return f"group.{veto[0]}"
         return None
+
+    def refusal(self, i: int) -> str | None:
+        """The first rule but the word rules that refuses candidate ``i`` (a hard one
+        first): what the agreement path reads, without running every rule."""
+        if i in self._rules:
+            return next((r for r in self._rules[i][0] if r not in WORD_RULES), None)
+        guards = [g for g in self.tier.guards if rule_id(g) not in WORD_RULES]
+        return next(iter(self._verdicts(i, guards, first=True)), None)
+
+    def _verdicts(self, i: int, guards: Sequence[Guard], *, first: bool) -> tuple[str, ...]:
+        return verdicts(self.question(i), self.query, guards, first=first)
 
     def vetoes(self, j: int) -> tuple[str, ...]:
         """The rules of ``_GROUP_VETOES`` that refuse candidate ``j`` (only those run)."""

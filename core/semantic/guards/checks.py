@@ -14,6 +14,7 @@ The ``Analysis`` they compare is built in ``analysis``; ``is_cacheable`` is in `
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -907,19 +908,25 @@ def rule_id(guard: Guard) -> str:
 
 
 def verdicts(
-    cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS, *, all_rules: bool = False
+    cached: str,
+    new: str,
+    guards: Sequence[Guard] = DEFAULT_GUARDS,
+    *,
+    all_rules: bool = False,
+    first: bool = False,
 ) -> tuple[str, ...]:
     """The ids of the rules that refuse the pair: the evidence the learned decision reads.
     The hard rules run first and the first that refuses is the answer (nothing overrules it);
-    otherwise every soft rule's verdict, in order.  ``all_rules``: every rule's, hard ones
-    included (the golden file)."""
+    otherwise every soft rule's verdict, in order (``first``: the first only).
+    ``all_rules``: every rule's, hard ones included (the golden file)."""
     a, b = _analyses(cached, new)
     if not all_rules:
         for guard in guards:
             if rule_id(guard) in HARD_RULES and guard(a, b) is not None:
                 return (rule_id(guard),)
         guards = [g for g in guards if rule_id(g) not in HARD_RULES]
-    return tuple(rule_id(guard) for guard in guards if guard(a, b) is not None)
+    fired = (rule_id(guard) for guard in guards if guard(a, b) is not None)
+    return tuple(itertools.islice(fired, 1) if first else fired)
 
 
 # The rules that refuse for the content words that differ: a difference the app's answers show
