@@ -61,6 +61,21 @@ def test_an_answer_worded_differently_joins_its_neighbours_group(tmp_path: Path)
         assert points.get(GROUP[2], "") != points[CHARGE]
 
 
+def test_one_answer_in_other_courtesy_wrappers_joins_the_group(tmp_path: Path) -> None:
+    """An LLM wraps one answer in another opening or closing each time: the answers join one
+    group; the same wrappers around an answer with another number do not."""
+    long_answer = (FEE_ANSWER + " The allowance is shown in the app under Account, Limits, and"
+                   " resets on the first day of each month.")  # fmt: skip
+    with _cache(tmp_path / "w.sqlite3") as cache:
+        _ask(cache, CHARGE, "Sure! Here's what you need to know: " + long_answer)
+        _ask(cache, GROUP[0], long_answer + " Hope this helps!")
+        _ask(cache, GROUP[1], "Great question. " + long_answer.replace("first", "15th"))
+        points = {p.payload["question"]: p.payload["answer"]
+                  for p in cache.semantic.index.find({}, 50)}  # type: ignore[union-attr]  # fmt: skip
+        assert points[GROUP[0]] == points[CHARGE]
+        assert points[GROUP[1]] != points[CHARGE]
+
+
 def test_agreeing_neighbours_serve_a_paraphrase_the_rules_alone_refuse(tmp_path: Path) -> None:
     """Four stored paraphrases got one answer; a fifth, which a word rule refuses against
     each alone, is served with agreement and not without it."""

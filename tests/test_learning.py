@@ -97,6 +97,49 @@ def test_answers_are_the_same_only_conservatively() -> None:
     assert not same_answer("It is safe during pregnancy.", "It is not safe during pregnancy.")
 
 
+CORE = (
+    "Use two tildes on each side of the words to strike them through. GitHub renders them as"
+    " deleted text in issues, pull requests and comments, and in files it shows."
+)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (f"Sure! Here's what you can do:\n\n{CORE}\n\nHope this helps!", f"Great question. {CORE}"),
+        (CORE, f"{CORE} Let me know if you have any other questions."),
+        (f"Here is how: {CORE}", f"Here's how: {CORE} Good luck!"),
+        (
+            "当然可以！在设置里打开安全选项，然后重启手机即可。",
+            "在设置里打开安全选项，然后重启手机即可。希望对你有帮助！",
+        ),
+    ],
+)
+def test_one_answer_in_other_courtesy_wrappers_is_the_same(a: str, b: str) -> None:
+    """An LLM words the same answer with another opening or closing each time (issue #39)."""
+    assert same_answer(a, b) and same_answer(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (f"Yes. {CORE}", f"No. {CORE}"),  # a wrapper that answers
+        (f"{CORE} It works on iOS only.", CORE),  # a name
+        (f"{CORE} Do it 3 times.", f"{CORE} Do it once."),  # a number
+        (f"{CORE} This is not supported on mobile.", CORE),  # a negation
+        (f"Run `git push --force` first. {CORE}", CORE),  # a literal
+        ("Press the left button, then hold it down for a while.",
+         "Press the right button, then hold it down for a while."),  # inside a sentence
+        ("Open Settings. Then tap Security. Then restart the phone.",
+         "Open Settings. Then tap Privacy. Then restart the phone."),  # in the middle
+        ("在设置里打开安全选项，然后重启手机即可。", "在设置里关闭安全选项，然后重启手机即可。"),
+        (f"{CORE} " + "Then do this and that and more of it, and after all of that, " * 3, CORE),
+    ],
+)  # fmt: skip
+def test_a_wrapper_that_says_something_is_no_wrapper(a: str, b: str) -> None:
+    assert not same_answer(a, b) and not same_answer(b, a)
+
+
 def test_log_records_refuse_anything_else() -> None:
     label = Label("pool", "point", 1.5, 0.9, True, 20.0, "digest")
     assert Label.decode(label.encode()) == label

@@ -12,10 +12,14 @@ agreement is no evidence: twelve rotating refusal phrasings once lowered a pool'
 - ``Families``: an answer whose near-duplicates (embeddings at ``SAME_FAMILY`` or closer) are
   the cached answers of ``GENERIC_ENTRIES`` or more other entries of the pool, for questions
   unrelated to its own, answers no question in particular.
+
+And one the other way: ``wrapped_alike``, two answers that are one text inside other courtesy
+wrappers (an LLM words its opening and closing anew each time) say the same.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 import threading
@@ -25,7 +29,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["GENERIC_ENTRIES", "SAME_FAMILY", "UNRELATED", "Families", "boilerplate", "failure"]
+from .guards.analysis import analyze
+
+__all__ = [
+    "GENERIC_ENTRIES",
+    "SAME_FAMILY",
+    "UNRELATED",
+    "Families",
+    "boilerplate",
+    "failure",
+    "wrapped_alike",
+]
 
 SAME_FAMILY = 0.8  # cosine of two answers' embeddings taken as one family of wordings
 # cosine under which two questions are about different things (USE-m: unrelated questions score
@@ -105,6 +119,66 @@ def failure(answer: str) -> bool:
     (HTTP 503)", "Rate limit exceeded", "Error: …", a policy block) rather than answering:
     what the model says once it has recovered may differ."""
     return _reports_failure(_plain(answer))
+
+
+def wrapped_alike(a: str, b: str) -> bool:
+    """True for two answers that are one text inside different courtesy wrappers ("Sure!
+    Here's how: …", "… Hope this helps!"): whole sentences in common (``_CORE_WORDS`` words
+    or more), and where they differ only before and after them, in sentences of
+    ``_WRAPPER_WORDS`` words at most, on each side half as many words as they share or
+    fewer, that hold no number, negation, name or literal ("Yes. …" / "No. …" are not
+    wrappers; "press the left button …" / "press the right button …" differ inside a
+    sentence: not either).  A short sentence of content at one end can pass for a wrapper:
+    the groups this decides are evidence, the rules still judge each question."""
+    x, y = (" ".join(t[:_COMPARED_CHARS].split()).replace("’", "'") for t in (a, b))
+    block = difflib.SequenceMatcher(None, x, y, autojunk=False).find_longest_match()
+    i, j, size = block.a, block.b, block.size
+    if (i or j) and not (_ends_sentence(x[:i]) and _ends_sentence(y[:j])):
+        cut = _SENTENCE_END.search(x, i, i + size)  # (the block began inside a sentence)
+        if cut is None:
+            return False
+        i, j, size = cut.end(), j + cut.end() - i, size - (cut.end() - i)
+    if (i + size < len(x) or j + size < len(y)) and not _ends_sentence(x[i : i + size]):
+        ends = list(_SENTENCE_END.finditer(x, i, i + size))  # (it ended inside one)
+        if not ends:
+            return False
+        size = ends[-1].end() - i
+    core = _words(x[i : i + size])
+    if core < _CORE_WORDS:
+        return False
+    sides = ((x[:i], x[i + size :]), (y[:j], y[j + size :]))
+    return all(
+        sum(map(_words, edges)) <= core * _WRAPPER_SHARE and all(map(_says_nothing, edges))
+        for edges in sides
+    )
+
+
+_CORE_WORDS = 4
+_WRAPPER_WORDS = 12
+_WRAPPER_SHARE = 0.5  # a side's wrappers: this share of the words in common, at most
+_COMPARED_CHARS = 4000
+_ENDS = ".!?:;。！？：；"
+_SENTENCE_END = re.compile(r"[.!?:;]\s|[。！？：；]\s?")
+_WORD_OR_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2}|[\u3400-\u4dbf\u4e00-\u9fff]|\w+")
+
+
+def _ends_sentence(text: str) -> bool:
+    """Empty, or ending where a sentence ends."""
+    return not text.strip() or text.rstrip()[-1] in _ENDS
+
+
+def _words(text: str) -> int:
+    """Words, a Chinese word counted as two characters."""
+    return len(_WORD_OR_HAN.findall(text))
+
+
+def _says_nothing(edge: str) -> bool:
+    if _words(edge) > _WRAPPER_WORDS:
+        return False
+    if not _WORDLESS.search(edge):
+        return True
+    found = analyze(edge.strip().rstrip(_ENDS))  # ("helps!" is no shell literal here)
+    return not (found.numbers or found.negations or found.entities or found.literals)
 
 
 def _plain(answer: str) -> str:

@@ -55,7 +55,7 @@ from ..key.normalize import normalize
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import LabelLog
-from .answers import Families, boilerplate
+from .answers import Families, boilerplate, wrapped_alike
 from .decision import CLASSES, learned_thresholds, prior
 from .guards.analysis import analyze
 from .guards.canonical import canonical
@@ -405,9 +405,12 @@ def _entry_key(pool: str, point: str) -> str:
 
 # comparing two answers -------------------------------------------------------------------------
 def same_answer(a: str, b: str, embed: Callable[[list[str]], np.ndarray] | None = None) -> bool:
-    """Conservatively, whether two answers say the same: equal in form, or with the same
-    numbers, negations, names and literals and embeddings very close (``CLOSE_ANSWERS``)."""
+    """Conservatively, whether two answers say the same: equal in form, one text in other
+    courtesy wrappers (``answers.wrapped_alike``), or with the same numbers, negations, names
+    and literals and embeddings very close (``CLOSE_ANSWERS``)."""
     if a == b or normalize(folded(a)).casefold() == normalize(folded(b)).casefold():
+        return True
+    if wrapped_alike(a, b):
         return True
     if embed is None or not a.strip() or not b.strip():
         return False
