@@ -5,7 +5,8 @@ Each scenario (``benchmarks/probes/agreement/*.jsonl``, written by helpers who s
 rules nor our probes) stores questions in order through the cache as an app does (a lookup,
 the model's answer stored on a miss) — often a group of 3-7 paraphrases answered alike — in a
 scope of its own, then asks one question. ``same_as`` names the stored answer that is right
-for it (``null``: none). A served answer that is not the right one is wrong.
+for it, or a list of them (round 3: one answer in other courtesy wrappers; ``null``: none). A
+served answer that is not a right one is wrong.
 
     python benchmarks/agreement_blind.py
 
@@ -42,15 +43,17 @@ def run(rows: list[dict[str, Any]], agreement: bool) -> dict[str, int]:
                 if cache.lookup(request) is None:
                     cache.update(request, answer)
             hit = cache.lookup(cache.request(row["ask"], llm_key=key))
-            right = None if row.get("same_as") is None else row["stored"][row["same_as"]][1]
+            same = row.get("same_as")
+            right = {row["stored"][k][1] for k in (same if isinstance(same, list) else [same])
+                     if k is not None}  # fmt: skip
             served = hit.text if hit is not None else None
-            if right is None:
+            if not right:
                 counts["look-alikes"] += 1
                 counts["wrong"] += served is not None
             else:
                 counts["paraphrases"] += 1
-                counts["right"] += served == right
-                counts["paraphrase wrong"] += served is not None and served != right
+                counts["right"] += served in right
+                counts["paraphrase wrong"] += served is not None and served not in right
         cache.close()
     return counts
 

@@ -109,6 +109,11 @@ CORE = (
         (f"Sure! Here's what you can do:\n\n{CORE}\n\nHope this helps!", f"Great question. {CORE}"),
         (CORE, f"{CORE} Let me know if you have any other questions."),
         (f"Here is how: {CORE}", f"Here's how: {CORE} Good luck!"),
+        (f"No problem! {CORE}", f"Sure, {CORE} This is a common question. Hope this helps!"),
+        (
+            "没问题。在设置里打开安全选项，然后重启手机即可。",
+            "您好，在设置里打开安全选项，然后重启手机即可。",
+        ),
         (
             "当然可以！在设置里打开安全选项，然后重启手机即可。",
             "在设置里打开安全选项，然后重启手机即可。希望对你有帮助！",

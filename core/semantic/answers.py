@@ -125,15 +125,15 @@ def wrapped_alike(a: str, b: str) -> bool:
     """True for two answers that are one text inside different courtesy wrappers ("Sure!
     Here's how: …", "… Hope this helps!"): whole sentences in common (``_CORE_WORDS`` words
     or more), and where they differ only before and after them, in sentences of
-    ``_WRAPPER_WORDS`` words at most, on each side half as many words as they share or
-    fewer, that hold no number, negation, name or literal ("Yes. …" / "No. …" are not
+    ``_WRAPPER_WORDS`` words at most, on each side no more words than they share, that hold
+    no number, negation, name or literal ("Yes. …" / "No. …" are not
     wrappers; "press the left button …" / "press the right button …" differ inside a
     sentence: not either).  A short sentence of content at one end can pass for a wrapper:
     the groups this decides are evidence, the rules still judge each question."""
     x, y = (" ".join(t[:_COMPARED_CHARS].split()).replace("’", "'") for t in (a, b))
     block = difflib.SequenceMatcher(None, x, y, autojunk=False).find_longest_match()
     i, j, size = block.a, block.b, block.size
-    if (i or j) and not (_ends_sentence(x[:i]) and _ends_sentence(y[:j])):
+    if (i or j) and not (_opens(x[:i]) and _opens(y[:j])):
         cut = _SENTENCE_END.search(x, i, i + size)  # (the block began inside a sentence)
         if cut is None:
             return False
@@ -155,9 +155,12 @@ def wrapped_alike(a: str, b: str) -> bool:
 
 _CORE_WORDS = 4
 _WRAPPER_WORDS = 12
-_WRAPPER_SHARE = 0.5  # a side's wrappers: this share of the words in common, at most
+_WRAPPER_SHARE = 1.0  # a side's wrappers: as many words as they have in common, at most
+_OPENER_WORDS = 3
 _COMPARED_CHARS = 4000
 _ENDS = ".!?:;。！？：；"
+# courtesy that reads as a negation: "No problem!", "没问题。" open answers that say yes
+_COURTESY = re.compile(r"\b(?:no problem|no worries)\b|没问题|不客气|不用谢", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?:;]\s|[。！？：；]\s?")
 _WORD_OR_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2}|[\u3400-\u4dbf\u4e00-\u9fff]|\w+")
 
@@ -167,17 +170,25 @@ def _ends_sentence(text: str) -> bool:
     return not text.strip() or text.rstrip()[-1] in _ENDS
 
 
+def _opens(text: str) -> bool:
+    """What comes before the text in common ends a sentence, or is an opener of
+    ``_OPENER_WORDS`` words at most before a comma ("Sure, …", "好的，…", "简单来说，…")."""
+    end = text.rstrip()[-1:]
+    return _ends_sentence(text) or (end in ",，、" and _words(text) <= _OPENER_WORDS)
+
+
 def _words(text: str) -> int:
     """Words, a Chinese word counted as two characters."""
     return len(_WORD_OR_HAN.findall(text))
 
 
 def _says_nothing(edge: str) -> bool:
-    if _words(edge) > _WRAPPER_WORDS:
+    if any(_words(sentence) > _WRAPPER_WORDS for sentence in _SENTENCE_END.split(edge)):
         return False
     if not _WORDLESS.search(edge):
         return True
-    found = analyze(edge.strip().rstrip(_ENDS))  # ("helps!" is no shell literal here)
+    edge = _COURTESY.sub("", edge).strip().rstrip(_ENDS)  # ("helps!" is no shell literal)
+    found = analyze(edge)
     return not (found.numbers or found.negations or found.entities or found.literals)
 
 
