@@ -19,7 +19,6 @@ wrappers (an LLM words its opening and closing anew each time) say the same.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 import threading
@@ -126,13 +125,15 @@ def wrapped_alike(a: str, b: str) -> bool:
     Here's how: …", "… Hope this helps!"): whole sentences in common (``_CORE_WORDS`` words
     or more), and where they differ only before and after them, in sentences of
     ``_WRAPPER_WORDS`` words at most, on each side no more words than they share, that hold
-    no number, negation, name or literal ("Yes. …" / "No. …" are not
-    wrappers; "press the left button …" / "press the right button …" differ inside a
-    sentence: not either).  A short sentence of content at one end can pass for a wrapper:
-    the groups this decides are evidence, the rules still judge each question."""
+    no number, negation, name or literal ("Yes. …" / "No. …" are not wrappers; "press the
+    left button …" / "press the right button …" differ inside a sentence: not either).  A
+    short sentence of content at one end can pass for a wrapper: the groups this decides are
+    evidence, the rules still judge each question."""
     x, y = (" ".join(t[:_COMPARED_CHARS].split()).replace("’", "'") for t in (a, b))
-    block = difflib.SequenceMatcher(None, x, y, autojunk=False).find_longest_match()
-    i, j, size = block.a, block.b, block.size
+    block = _common_block(x, y)
+    if block is None:
+        return False
+    i, j, size = block
     if (i or j) and not (_opens(x[:i]) and _opens(y[:j])):
         cut = _SENTENCE_END.search(x, i, i + size)  # (the block began inside a sentence)
         if cut is None:
@@ -158,11 +159,30 @@ _WRAPPER_WORDS = 12
 _WRAPPER_SHARE = 1.0  # a side's wrappers: as many words as they have in common, at most
 _OPENER_WORDS = 3
 _COMPARED_CHARS = 4000
+_ANCHOR = 16  # characters from the middle of one answer, found in the other
 _ENDS = ".!?:;。！？：；"
 # courtesy that reads as a negation: "No problem!", "没问题。" open answers that say yes
 _COURTESY = re.compile(r"\b(?:no problem|no worries)\b|没问题|不客气|不用谢", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?:;]\s|[。！？：；]\s?")
 _WORD_OR_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2}|[\u3400-\u4dbf\u4e00-\u9fff]|\w+")
+
+
+def _common_block(x: str, y: str) -> tuple[int, int, int] | None:
+    """The text both hold around the middle of one of them, as (start in ``x``, start in
+    ``y``, length): where only the ends differ, that is all they share (linear time)."""
+    for text, other, swap in ((x, y, False), (y, x, True)):
+        size = min(_ANCHOR, len(text) // 4)  # (inside what they share, in a short text too)
+        mid = len(text) // 2 - size // 2
+        at = other.find(text[mid : mid + size]) if size >= 4 else -1
+        if at < 0:
+            continue
+        i, j, end_i, end_j = mid, at, mid + size, at + size
+        while i and j and text[i - 1] == other[j - 1]:
+            i, j = i - 1, j - 1
+        while end_i < len(text) and end_j < len(other) and text[end_i] == other[end_j]:
+            end_i, end_j = end_i + 1, end_j + 1
+        return (j, i, end_i - i) if swap else (i, j, end_i - i)
+    return None
 
 
 def _ends_sentence(text: str) -> bool:
