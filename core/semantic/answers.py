@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .guards.analysis import analyze
+from .guards.analysis import CJK, analyze
 
 __all__ = [
     "GENERIC_ENTRIES",
@@ -164,7 +164,7 @@ _ENDS = ".!?:;。！？：；"
 # courtesy that reads as a negation: "No problem!", "没问题。" open answers that say yes
 _COURTESY = re.compile(r"\b(?:no problem|no worries)\b|没问题|不客气|不用谢", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?:;]\s|[。！？：；]\s?")
-_WORD_OR_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2}|[\u3400-\u4dbf\u4e00-\u9fff]|\w+")
+_WORD_OR_HAN = re.compile(rf"{CJK.pattern}{{2}}|{CJK.pattern}|\w+")  # (the guards' CJK)
 
 
 def _common_block(x: str, y: str) -> tuple[int, int, int] | None:
