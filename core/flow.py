@@ -42,7 +42,7 @@ from .ops.requests import asking
 from .runtime.steps import Call, Enter, Steps, arun, run
 
 if TYPE_CHECKING:
-    from .cache import Cache
+    from .pipeline import Pipeline
 
 __all__ = [
     "SHAPING_OPTIONS",
@@ -173,7 +173,7 @@ def reuse(answer: Answer) -> Reuse:
 
 # the flow, once ---------------------------------------------------------------------------------
 def answer_steps(
-    cache: Cache,
+    pipeline: Pipeline,
     request: Any,
     ask: Call[T],
     convert: Callable[[T], Answer],
@@ -186,47 +186,47 @@ def answer_steps(
     category: str | None = None,
 ) -> Steps[Outcome[T]]:
     """A hit, else the model's answer (``ask``), stored as ``reuse`` allows."""
-    asked = cache.asked(request)
-    found = yield from cached_steps(cache, asked, served, semantic, faq)
+    asked = pipeline.asked(request)
+    found = yield from cached_steps(pipeline, asked, served, semantic, faq)
     if found is not None:
         return found
-    began = cache.exact.began(asked.key)
+    began = pipeline.exact.began(asked.key)
     flight: Flight | None = None
-    view, storable = (yield from view_steps(cache, asked)), may_store(cache, asked)
+    view, storable = (yield from view_steps(pipeline, asked)), pipeline.may_store(asked)
     if coalescer is not None and (view is not None or storable):
         flight = yield Enter(coalescer.flight, coalescer.aflight, asked.key, "answer", view,
                              not storable)  # fmt: skip
         if not flight.leader:  # another caller answered meanwhile, or gave up
             handed = flight.handed()
             if handed is not NOTHING:  # the same request's answer, a moment ago
-                cache.metrics.incr("requests", "coalesced")
+                pipeline.metrics.incr("requests", "coalesced")
                 return Outcome(handed, None)
-            cache.exact.expect(asked.key)  # (another process may have written it)
-            found = yield from cached_steps(cache, asked, served, semantic, faq)
+            pipeline.exact.expect(asked.key)  # (another process may have written it)
+            found = yield from cached_steps(pipeline, asked, served, semantic, faq)
             if found is not None:
                 return found
-            began = cache.exact.began(asked.key)
-    with asking(cache.metrics):  # what reached the model (a coalesced wait did not)
+            began = pipeline.exact.began(asked.key)
+    with asking(pipeline.metrics):  # what reached the model (a coalesced wait did not)
         produced = yield ask
     answer = converted(produced, convert)
     allowed = Reuse.NEVER if answer is None else reuse(answer)
     stored = answer is not None and (
-        yield from stored_steps(cache, asked, answer, allowed, semantic=semantic, began=began,
+        yield from stored_steps(pipeline, asked, answer, allowed, semantic=semantic, began=began,
                                 ttl=ttl, category=category)
     )  # fmt: skip
     # not stored (a time-dependent question, a store that refused it): handed to the callers
     # waiting for it, when the rule lets the same request have it and no version moved
     shareable = not stored and view is not None and allowed is not Reuse.NEVER
-    if flight is not None and shareable and versions_view(cache, asked) == view:
+    if flight is not None and shareable and versions_view(pipeline, asked) == view:
         flight.hand(produced)
     return Outcome(produced, None)
 
 
-def versions_view(cache: Cache, asked: Asked) -> Hashable:
+def versions_view(pipeline: Pipeline, asked: Asked) -> Hashable:
     """The versions ``asked`` begins under, as this process knows them now: callers that
     began under the same ones may share one answer.  ``None`` when it cannot vouch for them
     (not verified with the store, or a tag of the request not read yet)."""
-    exact = cache.exact
+    exact = pipeline.exact
     versions = exact.versions
     if exact.store is not None and (versions.unknown(asked.tags) or not versions.verified()):
         return None
@@ -234,22 +234,16 @@ def versions_view(cache: Cache, asked: Asked) -> Hashable:
     return (stamp.epoch, stamp.kb, stamp.floor, tuple(sorted(stamp.tags.items())))
 
 
-def view_steps(cache: Cache, asked: Asked) -> Steps[Hashable]:
+def view_steps(pipeline: Pipeline, asked: Asked) -> Steps[Hashable]:
     """``versions_view``, after one poll of the store when this process cannot vouch for the
     versions yet (a time-dependent question does not look the exact tier up)."""
-    if versions_view(cache, asked) is None:
-        yield from cache.exact.sync.ready_steps(asked.tags)
-    return versions_view(cache, asked)
-
-
-def may_store(cache: Cache, asked: Asked) -> bool:
-    """Whether an answer to ``asked`` may be stored at all (``Cache._may_cache`` without
-    counting it): a time-dependent question's is not, so no other process can find it."""
-    return cache.cache_time_dependent or asked.cacheable(cache.tiers.judge)
+    if versions_view(pipeline, asked) is None:
+        yield from pipeline.exact.sync.ready_steps(asked.tags)
+    return versions_view(pipeline, asked)
 
 
 def cached_steps(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     served: Callable[[Hit], T | None],
     semantic: bool,
@@ -258,20 +252,20 @@ def cached_steps(
     """The framework's answer from the cache, or ``None``: a miss, a hit that does not fit
     (``served`` returned ``None``), or one the adapter cannot read (``served`` raised: valid
     MessagePack, not a payload of its own; counted as corrupt)."""
-    hit = yield from cache.lookup_steps(asked, semantic, faq)
+    hit = yield from pipeline.lookup_steps(asked, semantic, faq)
     if hit is None:
         return None
     try:
         answer = served(hit)
     except Exception as exc:  # never an error in the app: the model answers instead
         log.warning("tricache: cached value unreadable (%s: %s)", type(exc).__name__, exc)
-        cache.metrics.incr("exact", "corrupt")
+        pipeline.metrics.incr("exact", "corrupt")
         return None
     return Outcome(answer, hit) if answer is not None else None
 
 
 def store_steps(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     produced: T,
     convert: Callable[[T], Answer],
@@ -286,7 +280,7 @@ def store_steps(
     answer = converted(produced, convert)
     if answer is None:
         return False
-    return (yield from stored_steps(cache, asked, answer, rule(answer), semantic=semantic,
+    return (yield from stored_steps(pipeline, asked, answer, rule(answer), semantic=semantic,
                                     began=began, ttl=ttl, category=category))  # fmt: skip
 
 
@@ -301,7 +295,7 @@ def converted(produced: T, convert: Callable[[T], Answer]) -> Answer | None:
 
 
 def stored_steps(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     answer: Answer,
     allowed: Reuse,
@@ -313,16 +307,16 @@ def stored_steps(
 ) -> Steps[bool]:
     """Store ``answer`` as ``allowed``; ``False`` when not stored."""
     if allowed is Reuse.NEVER:
-        cache.metrics.incr("exact", "not_reusable")
+        pipeline.metrics.incr("exact", "not_reusable")
         return False
     if allowed is Reuse.BRIEFLY:  # an error text: kept no longer than the policy's ``error``
-        cache.metrics.incr("exact", "brief_writes")
-        limit = cache.exact.policy.error
+        pipeline.metrics.incr("exact", "brief_writes")
+        limit = pipeline.exact.policy.error
         ttl = limit if ttl is None else min(ttl, limit)
     shared = semantic and allowed is Reuse.LOOK_ALIKES
     fields = dict(category=category, negative=False, tokens=answer.tokens, model=answer.model,
                   stamp=began, shared=shared, ttl=ttl)  # fmt: skip
-    return (yield from cache.update_steps(asked, answer.text, answer.payload, shared, fields))
+    return (yield from pipeline.update_steps(asked, answer.text, answer.payload, shared, fields))
 
 
 # streams -----------------------------------------------------------------------------------------
@@ -330,7 +324,7 @@ _TURNS = 3  # a stream's follower whose head left before it began: turns it take
 
 
 def stream_outcome(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     open_stream: Callable[[], Iterable[C]],
     combine: Callable[[Sequence[C]], Answer],
@@ -347,25 +341,25 @@ def stream_outcome(
     follower whose head left before it passed anything on takes a new turn (``turns`` at
     most, then it streams on its own)."""
     semantic = options["semantic"]
-    found = run(cached_steps(cache, asked, replay, semantic, faq))
+    found = run(cached_steps(pipeline, asked, replay, semantic, faq))
     if found is not None:
         return found
-    options = {**options, "began": cache.exact.began(asked.key)}
-    view = run(view_steps(cache, asked)) if coalescer is not None else None
+    options = {**options, "began": pipeline.exact.began(asked.key)}
+    view = run(view_steps(pipeline, asked)) if coalescer is not None else None
     while coalescer is not None and view is not None and turns > 0:
         turns -= 1
-        flight = coalescer.join(asked.key, "stream", view, not may_store(cache, asked))
+        flight = coalescer.join(asked.key, "stream", view, not pipeline.may_store(asked))
         if flight.head:
-            return _head(cache, asked, flight, open_stream, combine, replay, options, faq)
+            return _head(pipeline, asked, flight, open_stream, combine, replay, options, faq)
         hit = flight.follow()  # (raises the head's error)
         if hit is not NOTHING:
-            cache.metrics.incr("requests", "coalesced")
-            again = partial(stream_outcome, cache, asked, open_stream, combine, replay, options,
+            pipeline.metrics.incr("requests", "coalesced")
+            again = partial(stream_outcome, pipeline, asked, open_stream, combine, replay, options,
                             faq=faq, coalescer=coalescer, turns=turns)  # fmt: skip
             return Outcome(_following(flight, again), hit)
-    with asking(cache.metrics):
+    with asking(pipeline.metrics):
         chunks = open_stream()
-    return Outcome(recording(cache, asked, chunks, combine, options), None)
+    return Outcome(recording(pipeline, asked, chunks, combine, options), None)
 
 
 def _following(flight: Flight, again: Callable[[], Outcome[Iterator[C]]]) -> Iterator[C]:
@@ -382,7 +376,7 @@ def _following(flight: Flight, again: Callable[[], Outcome[Iterator[C]]]) -> Ite
 
 
 def _head(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     flight: Flight,
     open_stream: Callable[[], Iterable[C]],
@@ -395,21 +389,21 @@ def _head(
     else the model's), published to its followers as it passes it on."""
     try:
         if not flight.leader:  # another process led: its answer may be stored now
-            cache.exact.expect(asked.key)
-            found = run(cached_steps(cache, asked, replay, options["semantic"], faq))
+            pipeline.exact.expect(asked.key)
+            found = run(cached_steps(pipeline, asked, replay, options["semantic"], faq))
             if found is not None:
                 flight.opened(found.hit)
                 return Outcome(_shared(flight, iter(found.answer)), found.hit)
-            options = {**options, "began": cache.exact.began(asked.key)}
+            options = {**options, "began": pipeline.exact.began(asked.key)}
         flight.pulling(True)
-        with asking(cache.metrics):
+        with asking(pipeline.metrics):
             chunks = iter(open_stream())
     except BaseException as exc:
         flight.leave(exc)
         raise
     flight.pulling(False)
     flight.opened(None)
-    return Outcome(_shared(flight, recording(cache, asked, chunks, combine, options)), None)
+    return Outcome(_shared(flight, recording(pipeline, asked, chunks, combine, options)), None)
 
 
 def _shared(flight: Flight, chunks: Iterator[C]) -> Iterator[C]:
@@ -439,7 +433,7 @@ def _publishing(flight: Flight, chunks: Iterator[C]) -> Iterator[C]:
 
 
 async def astream_outcome(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     open_stream: Callable[[], Awaitable[AsyncIterator[C]] | AsyncIterator[C]],
     combine: Callable[[Sequence[C]], Answer],
@@ -452,30 +446,30 @@ async def astream_outcome(
 ) -> Outcome[AsyncIterator[C]]:
     """``stream_outcome`` for async code: the coroutines of one event loop share a stream."""
     semantic = options["semantic"]
-    found = await arun(cached_steps(cache, asked, replay, semantic, faq))
+    found = await arun(cached_steps(pipeline, asked, replay, semantic, faq))
     if found is not None:
         return found
-    options = {**options, "began": cache.exact.began(asked.key)}
-    view = await arun(view_steps(cache, asked)) if coalescer is not None else None
+    options = {**options, "began": pipeline.exact.began(asked.key)}
+    view = await arun(view_steps(pipeline, asked)) if coalescer is not None else None
     while coalescer is not None and view is not None and turns > 0:
         turns -= 1
-        flight = await coalescer.ajoin(asked.key, "stream", view, not may_store(cache, asked))
+        flight = await coalescer.ajoin(asked.key, "stream", view, not pipeline.may_store(asked))
         if flight.head:
-            return await _ahead(cache, asked, flight, open_stream, combine, replay, options,
+            return await _ahead(pipeline, asked, flight, open_stream, combine, replay, options,
                                 faq)  # fmt: skip
         hit = await flight.afollow()
         if hit is not NOTHING:
-            cache.metrics.incr("requests", "coalesced")
-            again = partial(astream_outcome, cache, asked, open_stream, combine, replay,
+            pipeline.metrics.incr("requests", "coalesced")
+            again = partial(astream_outcome, pipeline, asked, open_stream, combine, replay,
                             options, faq=faq, coalescer=coalescer, turns=turns)  # fmt: skip
             return Outcome(_afollowing(flight, again), hit)
-    with asking(cache.metrics):
+    with asking(pipeline.metrics):
         stream = await opened(open_stream())
-    return Outcome(arecording(cache, asked, stream, combine, options), None)
+    return Outcome(arecording(pipeline, asked, stream, combine, options), None)
 
 
 async def _ahead(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     flight: Flight,
     open_stream: Callable[[], Awaitable[AsyncIterator[C]] | AsyncIterator[C]],
@@ -487,21 +481,21 @@ async def _ahead(
     """``_head`` for async code."""
     try:
         if not flight.leader:
-            cache.exact.expect(asked.key)
-            found = await arun(cached_steps(cache, asked, replay, options["semantic"], faq))
+            pipeline.exact.expect(asked.key)
+            found = await arun(cached_steps(pipeline, asked, replay, options["semantic"], faq))
             if found is not None:
                 flight.opened(found.hit)
                 return Outcome(_ashared(flight, found.answer), found.hit)
-            options = {**options, "began": cache.exact.began(asked.key)}
+            options = {**options, "began": pipeline.exact.began(asked.key)}
         flight.pulling(True)
-        with asking(cache.metrics):
+        with asking(pipeline.metrics):
             chunks = await opened(open_stream())
     except BaseException as exc:
         await flight.aleave(exc)
         raise
     flight.pulling(False)
     flight.opened(None)
-    return Outcome(_ashared(flight, arecording(cache, asked, chunks, combine, options)), None)
+    return Outcome(_ashared(flight, arecording(pipeline, asked, chunks, combine, options)), None)
 
 
 async def _afollowing(
@@ -546,7 +540,7 @@ async def _apublishing(flight: Flight, chunks: AsyncIterator[C]) -> AsyncIterato
 
 
 def recording(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     chunks: Iterable[C],
     combine: Callable[[Sequence[C]], Answer],
@@ -559,11 +553,11 @@ def recording(
         seen.append(chunk)
         yield chunk
     if seen:
-        run(store_steps(cache, asked, seen, combine, **options))
+        run(store_steps(pipeline, asked, seen, combine, **options))
 
 
 async def arecording(
-    cache: Cache,
+    pipeline: Pipeline,
     asked: Asked,
     chunks: AsyncIterator[C],
     combine: Callable[[Sequence[C]], Answer],
@@ -575,7 +569,7 @@ async def arecording(
         seen.append(chunk)
         yield chunk
     if seen:
-        await arun(store_steps(cache, asked, seen, combine, **options))
+        await arun(store_steps(pipeline, asked, seen, combine, **options))
 
 
 async def opened(stream: Awaitable[AsyncIterator[C]] | AsyncIterator[C]) -> AsyncIterator[C]:

@@ -445,13 +445,13 @@ class Oracle(CustomLLM):
 def lookups(core: Cache, monkeypatch: pytest.MonkeyPatch) -> list[tuple[CacheRequest, bool]]:
     """Every lookup the adapter makes: the request, and whether look-alikes may answer."""
     seen: list[tuple[CacheRequest, bool]] = []
-    lookup_steps = core.lookup_steps  # (what lookup, alookup and the flow's answer run)
+    lookup_steps = core.pipeline.lookup_steps  # (what lookup, alookup and the flow's answer run)
 
     def spy(asked: Any, semantic: bool, faq: bool = True) -> Any:
         seen.append((asked.request, semantic))
         return lookup_steps(asked, semantic, faq)
 
-    monkeypatch.setattr(core, "lookup_steps", spy)
+    monkeypatch.setattr(core.pipeline, "lookup_steps", spy)
     return seen
 
 
