@@ -73,21 +73,26 @@ def test_words_that_carry_the_question_stay(typed: str) -> None:
 def test_a_negation_inside_a_politeness_formula_is_not_a_negation() -> None:
     polite = "Quick question if you don't mind: is it safe to fly with a power bank?"
     assert check(polite, "Is it safe to fly with a power bank?")[0] is None
-    assert check(polite, "Is it not safe to fly with a power bank?")[0] == "negation"
+    assert check(polite, "Is it not safe to fly with a power bank?")[0] == "polarity.negation"
 
 
 def test_a_clause_asked_again_keeps_its_negation() -> None:
     wondering = "I was wondering if I can't bring a power bank in my checked luggage"
-    assert check(wondering, "Can I bring a power bank in my checked luggage?")[0] == "negation"
+    assert (
+        check(wondering, "Can I bring a power bank in my checked luggage?")[0]
+        == "polarity.negation"
+    )
     assert check(wondering, "Can't I bring a power bank in my checked luggage?")[0] is None
 
 
 def test_discourse_never_hides_a_difference_in_meaning() -> None:
-    assert check("Thanks! How do I enable it?", "How do I disable it?")[0] == "antonym"
-    assert check("Hi, can I pay with 3 cards?", "Can I pay with 4 cards?")[0] == "number"
+    assert check("Thanks! How do I enable it?", "How do I disable it?")[0] == "polarity.antonym"
+    assert check("Hi, can I pay with 3 cards?", "Can I pay with 4 cards?")[0] == "quantity.number"
     # "Please" goes, yet the capital of "Polish" still tells the word
-    assert check("Please Polish this sentence.", "Please polish this sentence.")[0] == "case"
-    assert check("那个，北京明天的天气", "上海明天的天气")[0] == "entity"
+    assert (
+        check("Please Polish this sentence.", "Please polish this sentence.")[0] == "literal.case"
+    )
+    assert check("那个，北京明天的天气", "上海明天的天气")[0] == "entity.name"
 
 
 def test_the_canonical_question_never_feeds_the_exact_key(tmp_path: Path) -> None:

@@ -13,94 +13,94 @@ from tricache.semantic.guards.checks import check
 
 REFUSED = [
     # (cached question, new question, the guard that must refuse)
-    ("What does `ls -R` do?", "What does `ls -r` do?", "literal"),
-    ("What does ls -R do?", "What does ls -r do?", "literal"),
-    ("What does \\W match in a regex?", "What does \\w match in a regex?", "literal"),
-    ("What is 10³?", "What is 103?", "literal"),
-    ("What does 👨\u200d👩\u200d👧 mean?", "What does 👨👩👧 mean?", "literal"),
+    ("What does `ls -R` do?", "What does `ls -r` do?", "literal.token"),
+    ("What does ls -R do?", "What does ls -r do?", "literal.token"),
+    ("What does \\W match in a regex?", "What does \\w match in a regex?", "literal.token"),
+    ("What is 10³?", "What is 103?", "literal.token"),
+    ("What does 👨\u200d👩\u200d👧 mean?", "What does 👨👩👧 mean?", "literal.token"),
     # roles by position (issue #35's blind round): the same numbers in another order, a
     # universal quantifier's scope, a subject moved after do-support, the sides of 是
-    ("What percentage of 80 is 20?", "What percentage of 20 is 80?", "number"),
-    ("20是30的百分之几？", "30是20的百分之几？", "number"),
-    ("Is every integer a rational number?", "Is every rational number an integer?", "order"),
-    ("所有的自然数都是整数吗？", "所有的整数都是自然数吗？", "order"),
-    ("Which animals eat snakes?", "Which animals do snakes eat?", "order"),
-    ("正方形都是长方形吗？", "长方形都是正方形吗？", "order"),
+    ("What percentage of 80 is 20?", "What percentage of 20 is 80?", "quantity.number"),
+    ("20是30的百分之几？", "30是20的百分之几？", "quantity.number"),
+    ("Is every integer a rational number?", "Is every rational number an integer?", "structure.order"),
+    ("所有的自然数都是整数吗？", "所有的整数都是自然数吗？", "structure.order"),
+    ("Which animals eat snakes?", "Which animals do snakes eat?", "structure.order"),
+    ("正方形都是长方形吗？", "长方形都是正方形吗？", "structure.order"),
     # an arithmetic expression with its brackets moved (the FAQ served it at 0.80-0.92)
-    ("What is (2 + 3) * 4?", "What is 2 + (3 * 4)?", "literal"),
-    ("What is 10 - 4 - 2?", "What is 10 - (4 - 2)?", "literal"),
-    ("计算（2+3）×4等于多少", "计算2+（3×4）等于多少", "literal"),
-    ("Please Polish the following sentence.", "Please polish the following sentence.", "case"),
-    ("Is Turkey in Europe?", "Is turkey in Europe?", "case"),
-    ("Does the app run on Windows?", "Does the app run on windows?", "case"),  # window, a word
-    ("Can US citizens apply?", "Can us citizens apply?", "case"),
-    ("Should I take the medication with meals?", "Should I take the medication between meals?", "relation"),
-    ("Does the heart pump blood to the lungs?", "Does the heart pump blood from the lungs?", "relation"),
-    ("Was the company acquired by Google?", "Did the company acquire Google?", "relation"),
-    ("Was Pluto a planet?", "Is Pluto a planet?", "modality"),
-    ("Can I take ibuprofen and aspirin?", "Can I take ibuprofen or aspirin?", "relation"),
-    ("Can he donate blood?", "Can she donate blood?", "relation"),
-    ("What is a high dose of vitamin D?", "What is the highest dose of vitamin D?", "relation"),
-    ("Who defeated Napoleon?", "Who did Napoleon defeat?", "order"),
-    ("What do snakes eat?", "What eats snakes?", "order"),
-    ("Are all squares rectangles?", "Are all rectangles squares?", "order"),
-    ("How do I reset my password?", "How do I reset his password?", "relation"),
-    ("Can I take ibuprofen while pregnant?", "Should I take ibuprofen while pregnant?", "modality"),
-    ("Is it safe to mix these?", "Is it not safe to mix these?", "negation"),
-    ("Why can't I log in?", "Why can I log in?", "negation"),
-    ("你们推荐年付套餐吗？", "你们不推荐年付套餐吗？", "negation"),
-    ("这个功能有用", "这个功能没有用", "negation"),
-    ("How do I enable two-factor authentication?", "How do I disable two-factor authentication?", "antonym"),
-    ("How do I increase my credit limit?", "How do I decrease my credit limit?", "antonym"),
-    ("怎么注册账号", "怎么注销账号", "antonym"),
-    ("怎么开通自动续费", "怎么关闭自动续费", "antonym"),
-    ("It's not fair.", "It's not unfair.", "antonym"),
-    ("What are the advantages of remote work?", "What are the disadvantages of remote work?", "antonym"),
-    ("Where is order 12345?", "Where is order 12346?", "number"),
-    ("Can I get a refund within 3 days?", "Can I get a refund within 30 days?", "number"),
-    ("零点九除以三等于多少", "零点九除以零点三等于多少", "number"),
-    ("三天能到吗", "五天能到吗", "number"),
-    ("How much is the iPhone 15?", "How much is the iPhone 15 Pro?", "entity"),
-    ("北京明天的天气", "上海明天的天气", "entity"),
-    ("When does the store open?", "Where does the store open?", "question_word"),
-    ("Is Python better than Java?", "Is Java better than Python?", "order"),
-    ("A比B好吗", "B比A好吗", "order"),
-    ("他出生于上海，在北京去世", "他出生于北京，去世于上海", "order"),  # a block moved across a comma
-    ("flights from Paris to London", "flights from London to Paris", "order"),
-    ("How many grams are in a pound?", "How many pounds are in a gram?", "order"),
-    ("Should I eat before running?", "Should I eat after running?", "antonym"),
-    ("Can you help me?", "Can I help you?", "order"),
-    ("Is his dog bigger than my dog?", "Is my dog bigger than his dog?", "order"),
-    ("Did my brother call your sister?", "Did your brother call my sister?", "order"),
-    ("我借给他一千块钱", "他借给我一千块钱", "order"),
-    ("你爱我吗", "我爱你吗", "order"),
-    ("That's not bad, is it?", "That's bad, isn't it?", "negation"),  # the tag is not the question
-    ("能用花呗付款吗", "能用信用卡付款吗", "substitution"),
-    ("Which is the best haircut?", "Which is the best haircut for women?", "added_content"),
-    ("什么牌子的手表好", "什么牌子的女手表好", "added_content"),
-    ("魔兽世界将军令丢了", "魔兽世界将军令坏了", "substitution"),
-    ("What is the chemistry exam like?", "What is the biology exam like?", "substitution"),
+    ("What is (2 + 3) * 4?", "What is 2 + (3 * 4)?", "literal.token"),
+    ("What is 10 - 4 - 2?", "What is 10 - (4 - 2)?", "literal.token"),
+    ("计算（2+3）×4等于多少", "计算2+（3×4）等于多少", "literal.token"),
+    ("Please Polish the following sentence.", "Please polish the following sentence.", "literal.case"),
+    ("Is Turkey in Europe?", "Is turkey in Europe?", "literal.case"),
+    ("Does the app run on Windows?", "Does the app run on windows?", "literal.case"),  # window, a word
+    ("Can US citizens apply?", "Can us citizens apply?", "literal.case"),
+    ("Should I take the medication with meals?", "Should I take the medication between meals?", "structure.relation"),
+    ("Does the heart pump blood to the lungs?", "Does the heart pump blood from the lungs?", "structure.relation"),
+    ("Was the company acquired by Google?", "Did the company acquire Google?", "structure.relation"),
+    ("Was Pluto a planet?", "Is Pluto a planet?", "mood.modality"),
+    ("Can I take ibuprofen and aspirin?", "Can I take ibuprofen or aspirin?", "structure.relation"),
+    ("Can he donate blood?", "Can she donate blood?", "structure.relation"),
+    ("What is a high dose of vitamin D?", "What is the highest dose of vitamin D?", "structure.relation"),
+    ("Who defeated Napoleon?", "Who did Napoleon defeat?", "structure.order"),
+    ("What do snakes eat?", "What eats snakes?", "structure.order"),
+    ("Are all squares rectangles?", "Are all rectangles squares?", "structure.order"),
+    ("How do I reset my password?", "How do I reset his password?", "structure.relation"),
+    ("Can I take ibuprofen while pregnant?", "Should I take ibuprofen while pregnant?", "mood.modality"),
+    ("Is it safe to mix these?", "Is it not safe to mix these?", "polarity.negation"),
+    ("Why can't I log in?", "Why can I log in?", "polarity.negation"),
+    ("你们推荐年付套餐吗？", "你们不推荐年付套餐吗？", "polarity.negation"),
+    ("这个功能有用", "这个功能没有用", "polarity.negation"),
+    ("How do I enable two-factor authentication?", "How do I disable two-factor authentication?", "polarity.antonym"),
+    ("How do I increase my credit limit?", "How do I decrease my credit limit?", "polarity.antonym"),
+    ("怎么注册账号", "怎么注销账号", "polarity.antonym"),
+    ("怎么开通自动续费", "怎么关闭自动续费", "polarity.antonym"),
+    ("It's not fair.", "It's not unfair.", "polarity.antonym"),
+    ("What are the advantages of remote work?", "What are the disadvantages of remote work?", "polarity.antonym"),
+    ("Where is order 12345?", "Where is order 12346?", "quantity.number"),
+    ("Can I get a refund within 3 days?", "Can I get a refund within 30 days?", "quantity.number"),
+    ("零点九除以三等于多少", "零点九除以零点三等于多少", "quantity.number"),
+    ("三天能到吗", "五天能到吗", "quantity.number"),
+    ("How much is the iPhone 15?", "How much is the iPhone 15 Pro?", "entity.name"),
+    ("北京明天的天气", "上海明天的天气", "entity.name"),
+    ("When does the store open?", "Where does the store open?", "question.word"),
+    ("Is Python better than Java?", "Is Java better than Python?", "structure.order"),
+    ("A比B好吗", "B比A好吗", "structure.order"),
+    ("他出生于上海，在北京去世", "他出生于北京，去世于上海", "structure.order"),  # a block moved across a comma
+    ("flights from Paris to London", "flights from London to Paris", "structure.order"),
+    ("How many grams are in a pound?", "How many pounds are in a gram?", "structure.order"),
+    ("Should I eat before running?", "Should I eat after running?", "polarity.antonym"),
+    ("Can you help me?", "Can I help you?", "structure.order"),
+    ("Is his dog bigger than my dog?", "Is my dog bigger than his dog?", "structure.order"),
+    ("Did my brother call your sister?", "Did your brother call my sister?", "structure.order"),
+    ("我借给他一千块钱", "他借给我一千块钱", "structure.order"),
+    ("你爱我吗", "我爱你吗", "structure.order"),
+    ("That's not bad, is it?", "That's bad, isn't it?", "polarity.negation"),  # the tag is not the question
+    ("能用花呗付款吗", "能用信用卡付款吗", "content.substituted"),
+    ("Which is the best haircut?", "Which is the best haircut for women?", "content.added"),
+    ("什么牌子的手表好", "什么牌子的女手表好", "content.added"),
+    ("魔兽世界将军令丢了", "魔兽世界将军令坏了", "content.substituted"),
+    ("What is the chemistry exam like?", "What is the biology exam like?", "content.substituted"),
     # another person meant; the one asked addressed on one side only
-    ("你妈妈叫什么名字", "我妈妈叫什么名字", "person"),
-    ("他的手机坏了怎么办", "我的手机坏了怎么办", "person"),
-    ("What is your favorite book?", "What is the favorite book?", "person"),
-    ("Can I borrow money from you?", "Can I borrow money?", "person"),
+    ("你妈妈叫什么名字", "我妈妈叫什么名字", "person.addressed"),
+    ("他的手机坏了怎么办", "我的手机坏了怎么办", "person.addressed"),
+    ("What is your favorite book?", "What is the favorite book?", "person.addressed"),
+    ("Can I borrow money from you?", "Can I borrow money?", "person.addressed"),
     # as many negations, on another verb
-    ("What happens if you don't sleep?", "What happens if you can't sleep?", "negation"),
-    ("Why won't the app open?", "Why doesn't the app open?", "negation"),
+    ("What happens if you don't sleep?", "What happens if you can't sleep?", "polarity.negated_verb"),
+    ("Why won't the app open?", "Why doesn't the app open?", "polarity.negated_verb"),
     # a held-out round (#23): roles swapped around a particle, a word with an apostrophe that
     # is another word without it, a reflexive or "also" on one side, "do" against a mood
-    ("妈妈的哥哥叫什么", "哥哥的妈妈叫什么", "order"),
-    ("微信怎么转账到支付宝", "支付宝怎么转账到微信", "order"),  # jieba: 到微 / 信
-    ("1公斤等于几斤", "1斤等于几公斤", "order"),
-    ("人能把感冒传染给狗吗", "狗能把感冒传染给人吗", "order"),
-    ("When do you use its?", "When do you use it's?", "apostrophe"),
-    ("Were you there?", "We're you there?", "apostrophe"),
-    ("Can I file taxes?", "Can I file taxes myself?", "focus"),
-    ("猫怕水吗", "猫也怕水吗", "focus"),
-    ("Could humans live on Mars?", "Do humans live on Mars?", "modality"),
+    ("妈妈的哥哥叫什么", "哥哥的妈妈叫什么", "structure.order"),
+    ("微信怎么转账到支付宝", "支付宝怎么转账到微信", "structure.order"),  # jieba: 到微 / 信
+    ("1公斤等于几斤", "1斤等于几公斤", "structure.order"),
+    ("人能把感冒传染给狗吗", "狗能把感冒传染给人吗", "structure.order"),
+    ("When do you use its?", "When do you use it's?", "literal.apostrophe"),
+    ("Were you there?", "We're you there?", "literal.apostrophe"),
+    ("Can I file taxes?", "Can I file taxes myself?", "mood.focus"),
+    ("猫怕水吗", "猫也怕水吗", "mood.focus"),
+    ("Could humans live on Mars?", "Do humans live on Mars?", "mood.modality"),
     ("What is the maximum dose of ibuprofen for adults?",
-     "What are the side effects of ibuprofen for adults?", "substitution"),
+     "What are the side effects of ibuprofen for adults?", "content.substituted"),
 ]  # fmt: skip
 
 PASSED = [
@@ -229,7 +229,7 @@ def test_spacy_finds_names_the_capitalization_rule_cannot_see(recognizer: Switch
     recognizer("spacy")
     assert entities.recognizer() == "spacy"
     assert {"google", "berlin"} <= analyze(question).entities
-    assert check(question, "Amazon is hiring engineers in Berlin?")[0] == "entity"
+    assert check(question, "Amazon is hiring engineers in Berlin?")[0] == "entity.name"
 
 
 def test_the_rules_are_the_default_and_spacy_is_asked_for(recognizer: Switch) -> None:
@@ -242,14 +242,14 @@ def test_the_rules_find_names_inside_a_sentence(recognizer: Switch) -> None:
     recognizer("rules")
     assert analyze("How do I learn Python?").entities == {"python"}  # "I" is not Title Case
     assert analyze("How To Learn Python Fast").entities == frozenset()  # Title Case: unknown
-    assert check("How do I learn Python?", "How do I learn Java?")[0] == "entity"
+    assert check("How do I learn Python?", "How do I learn Java?")[0] == "entity.name"
 
 
 def test_spacy_adds_to_the_rules_and_never_removes(recognizer: Switch) -> None:
     recognizer("spacy")
     # spaCy's small model sees no product in these; codes and variants still count
     assert {"iphone", "pro"} <= analyze("How much is the iPhone 15 Pro?").entities
-    assert check("How much is the iPhone 15?", "How much is the iPhone 15 Pro?")[0] == "entity"
+    assert check("How much is the iPhone 15?", "How much is the iPhone 15 Pro?")[0] == "entity.name"
     assert "北京" in analyze("我想在北京买iPhone").entities  # Chinese text: jieba and rules
 
 

@@ -52,7 +52,7 @@ def test_prometheus_text_has_the_documented_names(tmp_path: Path) -> None:
     lookups = {s.labels["tier"]: s.value for s in families["tricache_lookups"].samples}
     assert lookups["exact"] == 4
     events = {(s.labels["tier"], s.labels["event"]) for s in families["tricache_events"].samples}
-    assert ("semantic", "guard_negation") in events
+    assert ("semantic", "guard_polarity.negation") in events
     assert families["tricache_semantic_precision"].samples[0].value == 1.0
 
 

@@ -554,7 +554,7 @@ def test_the_semantic_tier_on_the_query_engine(search_server: SearchServer) -> N
         assert same is not None and same.ref == ref
         for look_alike in ("How do I not reset my password?", "How do I reset my email?"):
             assert ask(look_alike) is None, look_alike
-        assert reader.metrics.snapshot()["semantic"].get("guard_negation", 0) >= 1
+        assert reader.metrics.snapshot()["semantic"].get("guard_polarity.negation", 0) >= 1
         assert ask("What's my plan?", tenant="bob") is None  # another tenant's scope
         assert ask("What's my plan?", tenant="alice") is not None
 

@@ -43,7 +43,7 @@ def test_paraphrase_is_served_and_look_alikes_are_not(cache: Cache) -> None:
     ]:
         assert cache.lookup(cache.request(look_alike)) is None, look_alike
     refusals = cache.stats()["semantic"]
-    assert refusals.get("guard_negation", 0) >= 1
+    assert refusals.get("guard_polarity.negation", 0) >= 1
 
 
 def test_chinese_paraphrase_and_look_alikes(cache: Cache) -> None:
@@ -202,8 +202,8 @@ def test_audit_records_hits_and_refusals(cache: Cache) -> None:
     cache.lookup(cache.request("How do I disable dark mode?"))
     rows = cache.semantic.audit.recent(2)  # type: ignore[union-attr]
     refused, hit = rows[0], rows[1]
-    assert hit["hit"] and hit["score"] > 0.9 and "negation" in hit["guards"]
-    assert refused["hit"] is None and "antonym" in refused["rejected"].values()
+    assert hit["hit"] and hit["score"] > 0.9 and "polarity.negation" in hit["guards"]
+    assert refused["hit"] is None and "polarity.antonym" in refused["rejected"].values()
     assert refused["question"] == "How do I disable dark mode?"  # in full: tricache review
     assert refused["candidates"][0]["question"] == "How do I enable dark mode?"
 

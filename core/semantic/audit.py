@@ -565,11 +565,19 @@ def _prune(db: sqlite3.Connection, retention: Retention) -> None:
 
 
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    """A row with its JSON columns read (a damaged one left as text)."""
+    """A row with its JSON columns read (a damaged one left as text), every rule named by
+    its id (rows an earlier version wrote name some by their old names)."""
+    from .guards.checks import current_name  # (the guards load with the tier, not here)
+
     for name in ("guards", "top", "rejected", "candidates", "tags"):
         if isinstance(row.get(name), str):
             with contextlib.suppress(ValueError):
                 row[name] = json.loads(row[name])
+    if isinstance(guards := row.get("guards"), list):
+        row["guards"] = [current_name(g) if isinstance(g, str) else g for g in guards]
+    if isinstance(rejected := row.get("rejected"), dict):
+        row["rejected"] = {k: current_name(v) if isinstance(v, str) else v
+                           for k, v in rejected.items()}  # fmt: skip
     return row
 
 

@@ -351,7 +351,7 @@ class SemanticTier:
         # the ones scoring under it are not judged at all
         lowest = min([*learning.thresholds(pool, self.threshold).values(), self.threshold])
         judged = _Judged(self, candidates, query, learning, pool)
-        decision.guards = tuple(g.__name__ for g in self.guards)
+        decision.guards = tuple(rule_id(g) for g in self.guards)
         labelled = False
         for i, candidate in enumerate(candidates):
             if labelled and candidate.score < lowest + offset:

@@ -56,6 +56,7 @@ __all__ = [
     "Guard",
     "any_substitution",
     "check",
+    "current_name",
     "differing_words",
     "group_explains",
     "rule_id",
@@ -903,8 +904,27 @@ HARD_RULES = frozenset(
 
 
 def rule_id(guard: Guard) -> str:
-    """A guard's rule id (``RULE_IDS``)."""
+    """A guard's rule id (``RULE_IDS``): the one name of a rule in verdicts, metrics
+    (``guard_<id>``), the audit log and the docs."""
     return RULE_IDS.get(guard) or f"custom.{getattr(guard, '__name__', 'guard')}"
+
+
+# What the audit logs of earlier versions called a refusal, before every path said the id.
+_EARLIER_NAMES = {
+    "literal": "literal.token", "case": "literal.case", "apostrophe": "literal.apostrophe",
+    "negation": "polarity.negation", "antonym": "polarity.antonym", "number": "quantity.number",
+    "entity": "entity.name", "question_word": "question.word", "wh_word": "question.word",
+    "question_form": "question.form", "order": "structure.order",
+    "relation": "structure.relation", "modality": "mood.modality", "focus": "mood.focus",
+    "person": "person.addressed", "negated_verb": "polarity.negated_verb",
+    "added_content": "content.added", "substitution": "content.substituted",
+}  # fmt: skip
+
+
+def current_name(name: str) -> str:
+    """A rule named as an earlier version's audit log names it, by its id (other names, such as
+    ``threshold``, as they are)."""
+    return _EARLIER_NAMES.get(name, name)
 
 
 def verdicts(
@@ -984,7 +1004,8 @@ def _analyses(cached: str, new: str) -> tuple[Analysis, Analysis]:
 def check(
     cached: str, new: str, guards: Sequence[Guard] = DEFAULT_GUARDS
 ) -> tuple[str | None, tuple[str, ...]]:
-    """Run ``guards`` on two questions: (the first rejection or ``None``, the guards run).
+    """Run ``guards`` on two questions: (the id of the first rule that refuses or ``None``,
+    the ids of the rules run).
 
     The guards compare the canonical questions (``folded``: the canonical form; then
     ``canonical``: no greetings, fillers or thanks) with the compounds one writes in parts and
@@ -993,8 +1014,7 @@ def check(
     a, b = _analyses(cached, new)
     ran = []
     for guard in guards:
-        ran.append(guard.__name__)
-        reason = guard(a, b)
-        if reason is not None:
-            return reason, tuple(ran)
+        ran.append(rule_id(guard))
+        if guard(a, b) is not None:
+            return ran[-1], tuple(ran)
     return None, tuple(ran)
