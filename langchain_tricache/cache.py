@@ -14,8 +14,9 @@ from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache import Answer, Cache, CacheRequest, Hit, Reuse
 from tricache.flow import reuse
-from tricache.key.options import entry_options
+from tricache.key.options import current_entry_options, entry_options
 from tricache.key.tenancy import current_tenant, tenant
+from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 from tricache.verbs import CacheVerbs
 
 from .convert import (
@@ -31,6 +32,8 @@ from .run_options import install, run_options
 __all__ = ["TriCache", "current_tenant", "tenant"]
 
 log = logging.getLogger(__name__)
+
+_REQUEST_MEMO_BYTES = 8 * 2**20  # per cache: the requests of recent prompts (``_built``)
 
 
 class TriCache(CacheVerbs, BaseCache):
@@ -65,6 +68,7 @@ class TriCache(CacheVerbs, BaseCache):
         self.tricache = cache if cache is not None else Cache(**options)
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
         self.tag_hits = tag_hits
+        self._requests: Memo[tuple[CacheRequest | None, bool]] = Memo(_REQUEST_MEMO_BYTES)
         install()  # the per-call options of every run reach lookup and update (run_options.py)
 
     @property
@@ -132,14 +136,29 @@ class TriCache(CacheVerbs, BaseCache):
             return None, False  # the llm_string names it, not its fields: not cached
         # (config={"metadata": {"tricache_ttl": 600}} of the model's run, wherever it was given:
         # run_options.py; a bad option is the caller's error)
-        with entry_options(**run_options()):
-            try:
-                parsed = parse_prompt(prompt)
-                request = self.tricache.conversation_request(parsed, llm_key(llm_string))
-            except Exception as exc:  # an odd prompt is a miss, never an error in the app
-                log.warning("tricache: prompt not cacheable (%s)", exc)
-                return None, False
-        return request, parsed.semantic
+        options = run_options()
+        if not options:  # (the block would change nothing: the common case, kept cheap)
+            return self._built(prompt, llm_string)
+        with entry_options(**options):
+            return self._built(prompt, llm_string)
+
+    def _built(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
+        """The request for ``prompt`` in the current tenant and entry options, memoized: a
+        request is immutable and a function of exactly these (the cache's namespace and
+        default tenant never change), and a cache sees the same prompts again and again."""
+        memo_key = (prompt, llm_string, current_tenant(), current_entry_options())
+        found = self._requests.get(memo_key)
+        if found is not None:
+            return found
+        try:
+            parsed = parse_prompt(prompt)
+            request = self.tricache.conversation_request(parsed, llm_key(llm_string))
+        except Exception as exc:  # an odd prompt is a miss, never an error in the app
+            log.warning("tricache: prompt not cacheable (%s)", exc)
+            return None, False
+        built = (request, parsed.semantic)
+        self._requests.put(memo_key, built, 2 * ENTRY_BYTES + 2 * text_size(prompt, llm_string))
+        return built
 
     def _stored(
         self, prompt: str, llm_string: str, generations: Sequence[Generation]

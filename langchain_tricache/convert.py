@@ -183,11 +183,7 @@ def generations_from_payload(payload: Any, tier: dict[str, Any] | None = None) -
         if tier is not None and item["kind"] == "text":
             info = {**(info or {}), "tricache": tier}
         if item["kind"] == "chat":
-            (message,) = messages_from_dict([item["message"]])
-            if not isinstance(message, AIMessage):
-                raise ValueError(f"a cached answer must be an AI message, not {message.type!r}")
-            if tier is not None:
-                message.response_metadata = {**message.response_metadata, "tricache": tier}
+            message = _ai_message(item["message"], tier)
             generations.append(ChatGeneration(message=message, generation_info=info))
         elif item["kind"] == "text" and isinstance(item["text"], str):
             generations.append(Generation(text=item["text"], generation_info=info))
@@ -196,6 +192,23 @@ def generations_from_payload(payload: Any, tier: dict[str, Any] | None = None) -
     if not generations:
         raise ValueError("a cached answer without generations")
     return generations
+
+
+def _ai_message(stored: Any, tier: dict[str, Any] | None) -> AIMessage:
+    """The AI message ``message_to_dict`` wrote, with ``tier`` in its response metadata.
+    ``stored`` is the hit's own copy: the tier goes into its data before the one validation
+    (as ``messages_from_dict`` builds it, without a second pass to set the field)."""
+    if isinstance(stored, dict) and stored.get("type") == "ai" and isinstance(stored["data"], dict):
+        data = stored["data"]
+        if tier is not None:
+            data["response_metadata"] = {**data.get("response_metadata", {}), "tricache": tier}
+        return AIMessage(**data)
+    (message,) = messages_from_dict([stored])
+    if not isinstance(message, AIMessage):
+        raise ValueError(f"a cached answer must be an AI message, not {message.type!r}")
+    if tier is not None:  # (an AIMessageChunk)
+        message.response_metadata = {**message.response_metadata, "tricache": tier}
+    return message
 
 
 def _detached(value: Any) -> Any:
@@ -237,6 +250,7 @@ def answer_of(generations: Sequence[Generation], model: str = "") -> Answer:
     )
 
 
+@lru_cache(maxsize=1024)
 def shapes_answer(llm_string: str) -> bool:
     """True when the call asks for tools or an answer format (``flow.SHAPING_OPTIONS``):
     LangChain's llm_string lists the call's options as ``('name', value)`` pairs."""
