@@ -22,43 +22,28 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from langchain_core.documents import Document
-from langchain_core.load import dumpd, load
 from langchain_core.load.serializable import Serializable
 from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
     BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
     message_to_dict,
 )
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
-from tricache import Answer, Cache, CacheRequest, Hit
+from tricache import Cache, CacheRequest
 from tricache.key.options import entry_options, options_from
 from tricache.key.request import context_token
 from tricache.verbs import CacheVerbs
 
 from .cache import current_tenant
+from .codec import CHAIN
 from .fingerprint import opaque_part, runnable_fingerprint
 
 __all__ = ["CachedRunnable", "with_tricache"]
 
 log = logging.getLogger(__name__)
 
-# What a cached chain output may be rebuilt into: never any other class.
-_ALLOWED: list[type[Serializable]] = [
-    AIMessage,
-    AIMessageChunk,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-    Document,
-]
 _QUESTION_FIELDS = ("question", "query", "input")
 
 
@@ -100,16 +85,18 @@ class CachedRunnable(RunnableSerializable[Any, Any]):
         ask = partial(self.runnable.invoke, input, self._inner_config(config), **kwargs)
         if request is None:
             return ask()
-        return self.tricache.answer(request, ask, _answer, _served, semantic=semantic, faq=False,
-                                    ttl=_ttl_of(config), category=self.category).answer  # fmt: skip
+        out = self.tricache.answer(request, ask, CHAIN.answer, CHAIN.served, semantic=semantic,
+                                   faq=False, ttl=_ttl_of(config),
+                                   category=self.category)  # fmt: skip
+        return out.answer
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         request, semantic = self._request(input, config, kwargs)
         ask = partial(self.runnable.ainvoke, input, self._inner_config(config), **kwargs)
         if request is None:
             return await ask()
-        out = await self.tricache.aanswer(request, ask, _answer, _served, semantic=semantic,
-                                          faq=False, ttl=_ttl_of(config),
+        out = await self.tricache.aanswer(request, ask, CHAIN.answer, CHAIN.served,
+                                          semantic=semantic, faq=False, ttl=_ttl_of(config),
                                           category=self.category)  # fmt: skip
         return out.answer
 
@@ -231,59 +218,3 @@ def _input_part(obj: Any) -> Any:
         kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
         return {"\x00model": kind, "data": obj.model_dump(mode="json")}
     raise TypeError(f"no canonical form for {type(obj).__qualname__}")
-
-
-# output ⇄ payload ----------------------------------------------------------------------------
-def _answer(output: Any) -> Answer:
-    """A chain's output as the cache keeps it; one that would not come back equal keeps
-    nothing (an empty answer: not stored)."""
-    encoded = _encode(output) if output is not None else None
-    if encoded is None:
-        return Answer("")
-    return Answer(_text(output), encoded, tool_calls=bool(getattr(output, "tool_calls", None)))
-
-
-def _served(hit: Hit) -> Any:
-    """A hit's output (``None``: a curated FAQ answer, whose text does not fit a chain — the
-    FAQ is not asked, ``faq=False``); raises for a payload this adapter did not write."""
-    return None if hit.tier == "faq" else _decode(hit.payload)
-
-
-def _encode(output: Any) -> dict[str, Any] | None:
-    """Plain JSON data, or LangChain's own serialization of messages and documents; ``None``
-    for an output that would not come back equal (it is not cached)."""
-    if isinstance(output, Serializable) or (
-        isinstance(output, list) and output and all(isinstance(o, Serializable) for o in output)
-    ):
-        kind, data = "lc", dumpd(output)
-    else:
-        kind, data = "json", output
-    try:
-        encoded = {"v": 1, "kind": kind, "data": json.loads(json.dumps(data))}
-        return encoded if _decode(encoded) == output else None  # tuples, int keys, NaN …
-    except Exception:
-        return None
-
-
-def _decode(payload: Any) -> Any:
-    """The output in ``payload`` (a hit's payload is the caller's own copy); raises for a
-    payload we did not write."""
-    if not isinstance(payload, dict) or payload.get("v") != 1:
-        raise ValueError("not a TriCache chain payload")
-    data = payload["data"]
-    if payload["kind"] == "json":
-        return data
-    if payload["kind"] == "lc":  # only the allowed classes: never an import
-        output = load(data, allowed_objects=_ALLOWED)
-        if isinstance(output, Serializable) or (
-            isinstance(output, list) and all(isinstance(o, Serializable) for o in output)
-        ):
-            return output
-    raise ValueError(f"not a chain output of kind {payload['kind']!r}")
-
-
-def _text(output: Any) -> str:
-    if isinstance(output, str):
-        return output
-    content = getattr(output, "content", None) or getattr(output, "page_content", None)
-    return content if isinstance(content, str) else json.dumps(output, default=str)[:10_000]

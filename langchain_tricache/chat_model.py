@@ -54,19 +54,15 @@ from langchain_core.tracers._streaming import (
 )
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
-from tricache.key.conversation import stream_pieces
+from tricache import Cache, CacheRequest, Coalescer, Outcome
 from tricache.key.options import entry_options
 from tricache.verbs import CacheVerbs
 
+from .codec import CHAT
 from .convert import (
-    finish_reason,
-    generations_from_payload,
     llm_key,
     parse_messages,
-    payload_from_generations,
     shapes_answer,
-    usage_tokens,
 )
 from .run_options import install, run_options
 
@@ -165,9 +161,9 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             return _as_message(self.inner.invoke(messages, _inner_config(), **call))
 
         if request is None:
-            return _result(Outcome(ask(), None))
+            return CHAT.result(Outcome(ask(), None))
         try:
-            return _result(self.tricache.answer(request, ask, _answer, _served,
+            return CHAT.result(self.tricache.answer(request, ask, CHAT.answer, CHAT.served,
                                                 **self._options(flags)))  # fmt: skip
         except _Curated as curated:
             return curated.result
@@ -185,7 +181,7 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         # too, or letting the wrapped model report it to the same handlers, doubles it.
         chunks = partial(self.inner.stream, messages, _inner_config(), **call)
         if request is None:
-            yield from _said_stream(Outcome(map(_as_chunk, chunks()), None))
+            yield from CHAT.said_stream(Outcome(map(_as_chunk, chunks()), None))
             return
 
         def opened() -> Iterator[AIMessageChunk]:
@@ -193,12 +189,12 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             return map(_as_chunk, chunks())
 
         try:
-            out = self.tricache.stream(request, opened, _chunks_answer, _replayed,
+            out = self.tricache.stream(request, opened, CHAT.combine, CHAT.replay,
                                        **self._options(flags))  # fmt: skip
         except _Curated as curated:
-            yield from _replay(curated.result.generations[0], {"tier": "faq"})
+            yield from CHAT.replayed(curated.message, {"tier": "faq"})
             return
-        yield from _said_stream(out)
+        yield from CHAT.said_stream(out)
 
     # async ---------------------------------------------------------------------------------
     async def _agenerate(
@@ -216,13 +212,13 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             return _as_message(await self.inner.ainvoke(messages, _inner_config(), **call))
 
         if request is None:
-            return _result(Outcome(await ask(), None))
+            return CHAT.result(Outcome(await ask(), None))
         try:
-            out = await self.tricache.aanswer(request, ask, _answer, _served,
+            out = await self.tricache.aanswer(request, ask, CHAT.answer, CHAT.served,
                                               **self._options(flags))  # fmt: skip
         except _Curated as curated:
             return curated.result
-        return _result(out)
+        return CHAT.result(out)
 
     async def _astream(
         self,
@@ -246,13 +242,13 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             out: Outcome[AsyncIterator[AIMessageChunk]] = Outcome(chunks(), None)
         else:
             try:
-                out = await self.tricache.astream(request, opened, _chunks_answer, _areplayed,
+                out = await self.tricache.astream(request, opened, CHAT.combine, CHAT.areplay,
                                                   **self._options(flags))  # fmt: skip
             except _Curated as curated:
-                for chunk in _replay(curated.result.generations[0], {"tier": "faq"}):
+                for chunk in CHAT.replayed(curated.message, {"tier": "faq"}):
                     yield chunk
                 return
-        async for chunk in _asaid_stream(out):
+        async for chunk in CHAT.asaid_stream(out):
             yield chunk
 
     # the cache -----------------------------------------------------------------------------
@@ -287,127 +283,18 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         answer = self.faq(request)
         if answer is not None:
             message = AIMessage(answer, response_metadata={"tricache": {"tier": "faq"}})
-            raise _Curated(ChatResult(generations=[ChatGeneration(message=message)]))
+            raise _Curated(message)
 
 
 class _Curated(Exception):
-    def __init__(self, result: ChatResult) -> None:
-        self.result = result
+    """The FAQ hook's answer, leaving the flow (which would ask the model next)."""
 
+    def __init__(self, message: AIMessage) -> None:
+        self.message = message
 
-# what the flow needs from LangChain's answers, and back ------------------------------------------
-def _answer(message: AIMessage) -> Answer:
-    """A message as the cache keeps it."""
-    generation = ChatGeneration(message=message)
-    meta = message.response_metadata
-    model = meta.get("model_name") or meta.get("model") or ""
-    return Answer(
-        generation.text,
-        payload_from_generations([generation]),
-        finish=finish_reason(generation),
-        tool_calls=bool(message.tool_calls),
-        tokens=usage_tokens([generation]),
-        model=model if isinstance(model, str) else "",
-    )
-
-
-def _chunks_answer(chunks: Sequence[AIMessageChunk]) -> Answer:
-    total = chunks[0]
-    for chunk in chunks[1:]:
-        total = total + chunk
-    return _answer(_from_chunk(total))
-
-
-def _served(hit: Hit) -> AIMessage | None:
-    """A hit as a message (``None``: a payload this adapter did not write)."""
-    info = hit.metadata()
-    if hit.tier == "faq":  # a curated answer from the cache's FAQ
-        return AIMessage(hit.text, response_metadata={"tricache": info})
-    generations = generations_from_payload(hit.payload, info)  # (raises: not ours)
-    if isinstance(generations[0], ChatGeneration):
-        return generations[0].message  # type: ignore[return-value]
-    return None
-
-
-def _replayed(hit: Hit) -> Iterator[ChatGenerationChunk] | None:
-    message = _served(hit)
-    if message is None:
-        return None
-    return _replay(ChatGeneration(message=message), hit.metadata())
-
-
-def _areplayed(hit: Hit) -> AsyncIterator[ChatGenerationChunk] | None:
-    stream = _replayed(hit)
-    return None if stream is None else _aiter(stream)
-
-
-async def _aiter(items: Iterator[Any]) -> AsyncIterator[Any]:
-    for item in items:
-        yield item
-
-
-def _result(out: Outcome[AIMessage]) -> ChatResult:
-    """The answer as LangChain's result, saying who answered: the hit's tier (already in its
-    metadata), or the model (a copy: the caller's message is theirs)."""
-    message = out.answer if out.hit is not None else _tagged(out.answer)
-    return ChatResult(generations=[ChatGeneration(message=message)])
-
-
-def _said_stream(out: Outcome[Iterator[Any]]) -> Iterator[ChatGenerationChunk]:
-    """A stream whose first chunk says who answered (a replay says it already)."""
-    if out.hit is not None:
-        yield from out.answer
-        return
-    for i, chunk in enumerate(out.answer):
-        yield ChatGenerationChunk(message=_tagged(chunk) if i == 0 else chunk)
-
-
-async def _asaid_stream(out: Outcome[AsyncIterator[Any]]) -> AsyncIterator[ChatGenerationChunk]:
-    first = True
-    async for chunk in out.answer:
-        if out.hit is not None:
-            yield chunk
-        else:
-            yield ChatGenerationChunk(message=_tagged(chunk) if first else chunk)
-        first = False
-
-
-def _tagged(message: _M) -> _M:
-    return message.model_copy(
-        update={"response_metadata": {**message.response_metadata, "tricache": {"tier": "llm"}}}
-    )
-
-
-def _replay(generation: Any, info: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
-    """A cached answer as a stream: word-sized chunks; the first says which tier served it
-    (``info``), the last carries the answer's own metadata and usage."""
-    message: AIMessage = generation.message
-    if message.tool_calls or not isinstance(message.content, str) or not message.content:
-        yield ChatGenerationChunk(message=_to_chunk(message))
-        return
-    own = {k: v for k, v in message.response_metadata.items() if k != "tricache"}
-    pieces = stream_pieces(message.content)
-    for i, piece in enumerate(pieces):
-        last = i == len(pieces) - 1
-        meta = {**(own if last else {}), **({"tricache": info} if i == 0 else {})}
-        chunk = AIMessageChunk(
-            content=piece,
-            response_metadata=meta,
-            usage_metadata=message.usage_metadata if last else None,
-        )
-        yield ChatGenerationChunk(message=chunk)
-
-
-def _to_chunk(message: AIMessage) -> AIMessageChunk:
-    return AIMessageChunk(
-        content=message.content,
-        response_metadata=message.response_metadata,
-        usage_metadata=message.usage_metadata,
-        tool_call_chunks=[
-            {"name": c["name"], "args": json.dumps(c["args"]), "id": c.get("id"), "index": i}
-            for i, c in enumerate(message.tool_calls)
-        ],
-    )
+    @property
+    def result(self) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self.message)])
 
 
 def _as_message(output: Any) -> AIMessage:
@@ -423,16 +310,6 @@ def _coerce(output: Any, kind: type[_M]) -> _M:
     if isinstance(output, kind):
         return output
     return kind(content=output.content if isinstance(output, BaseMessage) else str(output))
-
-
-def _from_chunk(chunk: AIMessageChunk) -> AIMessage:
-    return AIMessage(
-        content=chunk.content,
-        response_metadata=chunk.response_metadata,
-        usage_metadata=chunk.usage_metadata,
-        tool_calls=chunk.tool_calls,
-        additional_kwargs=chunk.additional_kwargs,
-    )
 
 
 def _call_args(stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
