@@ -33,7 +33,6 @@ from .convert import finish_reason, generations_from_payload, payload_from_gener
 __all__ = ["CHAIN", "CHAT", "ChainCodec", "ChatCodec"]
 
 _M = TypeVar("_M", AIMessage, AIMessageChunk)
-_LLM = {"tier": "llm"}
 
 
 class ChatCodec:
@@ -83,7 +82,7 @@ class ChatCodec:
 
     def tagged(self, message: _M) -> _M:
         """A copy of what the model answered, saying so (the caller's message is theirs)."""
-        meta = {**message.response_metadata, "tricache": _LLM}
+        meta = {**message.response_metadata, "tricache": {"tier": "llm"}}
         return message.model_copy(update={"response_metadata": meta})
 
     def result(self, out: Outcome[AIMessage]) -> ChatResult:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import partial
@@ -29,7 +29,6 @@ from llama_index.core.base.llms.types import (
     CompletionResponseAsyncGen,
     CompletionResponseGen,
     LLMMetadata,
-    MessageRole,
 )
 from llama_index.core.llms import LLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
@@ -37,25 +36,19 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.prompts import BasePromptTemplate
 from pydantic import Field, PrivateAttr, SerializeAsAny
 
-from tricache import Answer, Cache, CacheRequest, Coalescer, Hit, Outcome
+from tricache import Cache, CacheRequest, Coalescer
 from tricache.flow import SHAPING_OPTIONS
-from tricache.key.conversation import Conversation, stream_pieces
+from tricache.key.conversation import Conversation
 from tricache.key.options import entry_options, options_from
 from tricache.verbs import CacheVerbs
 
+from .codec import CHAT, COMPLETION
 from .convert import (
-    chat_from_payload,
-    chat_payload,
     chat_turns,
-    completion_from_payload,
-    completion_payload,
     condenses_a_follow_up,
-    finish_reason,
-    has_tool_calls,
     llm_key,
     parse_chat,
     templated_conversation,
-    usage_tokens,
 )
 
 __all__ = ["TriCacheLLM"]
@@ -216,7 +209,8 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.chat(messages, **kwargs)
         ask = partial(self.llm.chat, messages, **kwargs)
-        return _said(self.tricache.answer(call.request, ask, *_CHAT, **self._options(call)))
+        return CHAT.said(self.tricache.answer(call.request, ask, CHAT.answer, CHAT.served,
+                                               **self._options(call)))  # fmt: skip
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -224,7 +218,9 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return await self.llm.achat(messages, **kwargs)
         ask = partial(self.llm.achat, messages, **kwargs)
-        return _said(await self.tricache.aanswer(call.request, ask, *_CHAT, **self._options(call)))
+        out = await self.tricache.aanswer(call.request, ask, CHAT.answer, CHAT.served,
+                                          **self._options(call))  # fmt: skip
+        return CHAT.said(out)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
@@ -232,8 +228,8 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.stream_chat(messages, **kwargs)
         ask = partial(self.llm.stream_chat, messages, **kwargs)
-        out = self.tricache.stream(call.request, ask, *_CHAT_STREAM, **self._options(call))
-        return _said_stream(out)
+        out = self.tricache.stream(call.request, ask, CHAT.last, CHAT.replay, **self._options(call))
+        return CHAT.said_stream(out)
 
     @llm_chat_callback()
     async def astream_chat(
@@ -244,8 +240,8 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
             return await self.llm.astream_chat(messages, **kwargs)
         ask = partial(self.llm.astream_chat, messages, **kwargs)
         options = self._options(call)
-        return _asaid_stream(
-            await self.tricache.astream(call.request, ask, *_ACHAT_STREAM, **options)
+        return CHAT.asaid_stream(
+            await self.tricache.astream(call.request, ask, CHAT.last, CHAT.areplay, **options)
         )
 
     # completion ------------------------------------------------------------------------------
@@ -255,7 +251,9 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
         if call is None:
             return self.llm.complete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.complete, prompt, formatted=formatted, **kwargs)
-        return _said(self.tricache.answer(call.request, ask, *_COMPLETION, **self._options(call)))
+        out = self.tricache.answer(call.request, ask, COMPLETION.answer, COMPLETION.served,
+                                  **self._options(call))  # fmt: skip
+        return COMPLETION.said(out)
 
     @llm_completion_callback()
     async def acomplete(
@@ -266,7 +264,9 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
             return await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.acomplete, prompt, formatted=formatted, **kwargs)
         options = self._options(call)
-        return _said(await self.tricache.aanswer(call.request, ask, *_COMPLETION, **options))
+        out = await self.tricache.aanswer(call.request, ask, COMPLETION.answer, COMPLETION.served,
+                                          **options)  # fmt: skip
+        return COMPLETION.said(out)
 
     @llm_completion_callback()
     def stream_complete(
@@ -277,7 +277,8 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
             return self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.stream_complete, prompt, formatted=formatted, **kwargs)
         options = self._options(call)
-        return _said_stream(self.tricache.stream(call.request, ask, *_COMPLETION_STREAM, **options))
+        out = self.tricache.stream(call.request, ask, COMPLETION.last, COMPLETION.replay, **options)
+        return COMPLETION.said_stream(out)
 
     @llm_completion_callback()
     async def astream_complete(
@@ -288,8 +289,9 @@ class TriCacheLLM(CacheVerbs, FunctionCallingLLM):
             return await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
         ask = partial(self.llm.astream_complete, prompt, formatted=formatted, **kwargs)
         options = self._options(call)
-        out = await self.tricache.astream(call.request, ask, *_ACOMPLETION_STREAM, **options)
-        return _asaid_stream(out)
+        out = await self.tricache.astream(call.request, ask, COMPLETION.last, COMPLETION.areplay,
+                                          **options)  # fmt: skip
+        return COMPLETION.asaid_stream(out)
 
     # tools: the inner model's own handling ---------------------------------------------------
     def _prepare_chat_with_tools(
@@ -387,122 +389,3 @@ def _keyed(conversation: Conversation, turns: Any) -> Conversation:
         if keyed is not None:
             return keyed
     return replace(conversation, semantic=False)
-
-
-# what the flow needs from LlamaIndex's answers, and back ---------------------------------------
-def _answer(payload_of: Any) -> Any:
-    """A response as the cache keeps it (``tricache.Answer``)."""
-
-    def convert(response: ChatResponse | CompletionResponse) -> Answer:
-        return Answer(
-            response.message.content or "" if isinstance(response, ChatResponse) else response.text,
-            payload_of(response),
-            finish=finish_reason(response.raw),
-            tool_calls=isinstance(response, ChatResponse) and has_tool_calls(response.message),
-            tokens=usage_tokens(response),
-        )
-
-    return convert
-
-
-def _last(convert: Any) -> Any:
-    """A stream's answer: its last response holds the whole (LlamaIndex streams accumulate)."""
-    return lambda responses: convert(responses[-1])
-
-
-def _served(decode: Any, faq: Any) -> Any:
-    """A hit as a response: a curated FAQ answer from its text, else decoded from its payload
-    (``ValueError`` for a payload this adapter did not write)."""
-
-    def served(hit: Hit) -> Any:
-        info = hit.metadata()
-        return faq(hit.text, info) if hit.tier == "faq" else decode(hit.payload, info)
-
-    return served
-
-
-def _faq_chat(text: str, info: dict[str, Any]) -> ChatResponse:
-    message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
-    return ChatResponse(message=message, additional_kwargs={"tricache": info})
-
-
-def _faq_completion(text: str, info: dict[str, Any]) -> CompletionResponse:
-    return CompletionResponse(text=text, additional_kwargs={"tricache": info})
-
-
-def _replayed(served: Any, replay: Any, asynchronous: bool = False) -> Any:
-    def replayed(hit: Hit) -> Any:
-        stream = replay(served(hit))
-        return _aiter(stream) if asynchronous else stream
-
-    return replayed
-
-
-def _said(out: Outcome[Any]) -> Any:
-    """The answer, saying who answered: the hit's tier (already in it), or the model (a copy:
-    the caller's object is theirs)."""
-    return out.answer if out.hit is not None else _tagged(out.answer, _LLM)
-
-
-def _said_stream(out: Outcome[Iterator[Any]]) -> Generator[Any, None, None]:
-    """Every response of the stream says who answered."""
-    if out.hit is not None:
-        yield from out.answer
-        return
-    for response in out.answer:
-        yield _tagged(response, _LLM)
-
-
-async def _asaid_stream(out: Outcome[AsyncIterator[Any]]) -> AsyncGenerator[Any, None]:
-    async for response in out.answer:
-        yield response if out.hit is not None else _tagged(response, _LLM)
-
-
-_LLM = {"tier": "llm"}
-
-
-def _tagged(response: Any, info: dict[str, Any]) -> Any:
-    return response.model_copy(
-        update={"additional_kwargs": {**response.additional_kwargs, "tricache": dict(info)}}
-    )
-
-
-def _replay_chat(response: ChatResponse) -> ChatResponseGen:
-    """A cached answer as a stream of word-sized deltas; the last carries the whole message."""
-    whole, extra = response.message, response.additional_kwargs
-    pieces = stream_pieces(whole.content or "") or [""]
-    so_far = ""
-    for i, piece in enumerate(pieces):
-        so_far += piece
-        message = whole if i == len(pieces) - 1 else ChatMessage(role=whole.role, content=so_far)
-        yield ChatResponse(message=message, delta=piece, additional_kwargs=extra)
-
-
-def _replay_completion(response: CompletionResponse) -> CompletionResponseGen:
-    so_far = ""
-    for piece in stream_pieces(response.text) or [""]:
-        so_far += piece
-        yield CompletionResponse(
-            text=so_far, delta=piece, additional_kwargs=response.additional_kwargs
-        )
-
-
-async def _aiter(items: Iterator[Any]) -> AsyncIterator[Any]:
-    for item in items:
-        yield item
-
-
-_SERVED_CHAT = _served(chat_from_payload, _faq_chat)
-_SERVED_COMPLETION = _served(completion_from_payload, _faq_completion)
-_CHAT = (_answer(chat_payload), _SERVED_CHAT)
-_COMPLETION = (_answer(completion_payload), _SERVED_COMPLETION)
-_CHAT_STREAM = (_last(_answer(chat_payload)), _replayed(_SERVED_CHAT, _replay_chat))
-_ACHAT_STREAM = (_last(_answer(chat_payload)), _replayed(_SERVED_CHAT, _replay_chat, True))
-_COMPLETION_STREAM = (
-    _last(_answer(completion_payload)),
-    _replayed(_SERVED_COMPLETION, _replay_completion),
-)
-_ACOMPLETION_STREAM = (
-    _last(_answer(completion_payload)),
-    _replayed(_SERVED_COMPLETION, _replay_completion, True),
-)

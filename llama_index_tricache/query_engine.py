@@ -10,7 +10,6 @@ refresh), in every process that shares the cache.
 
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import json
@@ -23,17 +22,18 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import (
     RESPONSE_TYPE,
     AsyncStreamingResponse,
-    Response,
     StreamingResponse,
 )
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import QueryBundle
 
-from tricache import Answer, Cache, CacheRequest, Hit, Outcome
-from tricache.key.conversation import plain, stream_pieces
+from tricache import Cache, CacheRequest
+from tricache.key.conversation import stream_pieces
 from tricache.key.request import context_token
 from tricache.key.tenancy import current_tenant
+from tricache.runtime.aiter import async_iter
 from tricache.verbs import CacheVerbs
 
+from .codec import QUERY
 from .fingerprint import engine_fingerprint
 
 __all__ = ["CachedQueryEngine", "watch_index"]
@@ -104,7 +104,7 @@ class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
             return self.engine.query(query_bundle)
         if not _streams(self.engine):
             ask = functools.partial(self.engine.query, query_bundle)
-            return _said(self.tricache.answer(request, ask, _answer, _response))
+            return QUERY.said(self.tricache.answer(request, ask, QUERY.answer, QUERY.served))
         opened: list[Any] = []  # the engine's response, once asked
 
         def open_stream() -> Iterator[str]:
@@ -116,10 +116,10 @@ class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
                 else _whole(response)
             )
 
-        out = self.tricache.stream(request, open_stream, _streamed_answer(opened), _replay)
+        out = self.tricache.stream(request, open_stream, QUERY.streamed(opened), QUERY.replay)
         if out.hit is not None:
-            return StreamingResponse(out.answer, *_sources(out.hit))
-        return _said_stream(opened[0], out.answer)
+            return StreamingResponse(out.answer, *QUERY.sources(out.hit))
+        return QUERY.said_stream(opened[0], out.answer)
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         request = self._request(query_bundle)
@@ -127,7 +127,7 @@ class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
             return await self.engine.aquery(query_bundle)
         if not _streams(self.engine):
             ask = functools.partial(self.engine.aquery, query_bundle)
-            return _said(await self.tricache.aanswer(request, ask, _answer, _response))
+            return QUERY.said(await self.tricache.aanswer(request, ask, QUERY.answer, QUERY.served))
         opened: list[Any] = []
 
         async def open_stream() -> AsyncIterator[str]:
@@ -135,13 +135,13 @@ class CachedQueryEngine(CacheVerbs, BaseQueryEngine):
             opened.append(response)
             if isinstance(response, AsyncStreamingResponse):
                 return response.response_gen
-            return _apieces(str(response))
+            return async_iter(stream_pieces(str(response)))
 
-        out = await self.tricache.astream(request, open_stream, _streamed_answer(opened),
-                                          _areplay)  # fmt: skip
+        out = await self.tricache.astream(request, open_stream, QUERY.streamed(opened),
+                                          QUERY.areplay)  # fmt: skip
         if out.hit is not None:
-            return AsyncStreamingResponse(out.answer, *_sources(out.hit))
-        return _said_stream(opened[0], out.answer)
+            return AsyncStreamingResponse(out.answer, *QUERY.sources(out.hit))
+        return QUERY.said_stream(opened[0], out.answer)
 
     # the cache -----------------------------------------------------------------------------
     def _request(self, query_bundle: QueryBundle) -> CacheRequest | None:
@@ -216,98 +216,8 @@ def _invalidating(method: Any, targets: list[tuple[Cache, str]]) -> Any:
     return wrapper
 
 
-# what the flow needs from a query engine's responses, and back --------------------------------
-def _answer(response: Any) -> Answer:
-    """A response as the cache keeps it: its text, source nodes and metadata (copied: the
-    caller's objects stay theirs)."""
-    text = response.response if isinstance(response, Response) else None
-    return _answer_of(response, text if isinstance(text, str) else "")
-
-
-def _streamed_answer(opened: list[Any]) -> Any:
-    """A streamed response as the cache keeps it, once its tokens are all in."""
-    return lambda tokens: _answer_of(opened[0], "".join(tokens))
-
-
-def _answer_of(response: Any, text: str) -> Answer:
-    sources = [
-        {
-            "id": n.node.node_id,
-            "text": n.node.get_content(),
-            "metadata": plain(dict(n.node.metadata)),
-            "score": n.score,
-        }
-        for n in getattr(response, "source_nodes", None) or []
-    ]
-    metadata = {k: v for k, v in (getattr(response, "metadata", None) or {}).items()
-                if k != "tricache"}  # fmt: skip
-    payload = {"v": 1, "kind": "response", "sources": sources, "metadata": plain(metadata)}
-    return Answer(text, copy.deepcopy(payload))
-
-
-def _sources(hit: Hit) -> tuple[list[NodeWithScore], dict[str, Any]]:
-    """A hit's source nodes, and its metadata saying which tier served it."""
-    sources, metadata = _decoded(hit)
-    return sources, {**metadata, "tricache": hit.metadata()}
-
-
-def _response(hit: Hit) -> Response:
-    return Response(hit.text, *_sources(hit))
-
-
-def _replay(hit: Hit) -> Iterator[str]:
-    _decoded(hit)  # (a payload of another kind raises here: a miss, counted as corrupt)
-    return iter(stream_pieces(hit.text))
-
-
-def _areplay(hit: Hit) -> AsyncIterator[str]:
-    _decoded(hit)
-    return _apieces(hit.text)
-
-
-def _said(out: Outcome[Any]) -> Any:
-    return out.answer if out.hit is not None else _from_engine(out.answer)
-
-
-def _said_stream(response: Any, tokens: Any) -> Any:
-    """The engine's streaming response, its tokens recorded for the cache."""
-    if hasattr(response, "response_gen"):
-        response.response_gen = tokens
-    else:  # it answered whole after all
-        response = Response("".join(tokens), response.source_nodes, response.metadata)
-    return _from_engine(response)
-
-
 def _whole(response: Any) -> Iterator[str]:
     return iter([str(response.response or "")])
-
-
-def _from_engine(response: Any) -> Any:
-    """The wrapped engine's response, marked as such (its metadata a new dict: the engine's
-    own stays as it was)."""
-    if hasattr(response, "metadata"):  # Response and the streaming ones (a PydanticResponse …)
-        response.metadata = {**(response.metadata or {}), "tricache": {"tier": "llm"}}
-    return response
-
-
-def _decoded(hit: Hit) -> tuple[list[NodeWithScore], dict[str, Any]]:
-    """Source nodes and metadata from a hit (whose payload is the caller's own copy);
-    ``ValueError`` (or another error) for a value this adapter did not write."""
-    if hit.tier == "faq":
-        return [], {}
-    payload = hit.payload
-    if not isinstance(payload, dict) or payload.get("kind") != "response":
-        raise ValueError("not a TriCache query-engine payload")
-    sources = [
-        NodeWithScore(
-            node=TextNode(id_=s["id"], text=s["text"], metadata=s["metadata"]), score=s["score"]
-        )
-        for s in payload["sources"]
-    ]
-    metadata = payload["metadata"]
-    if not isinstance(metadata, dict):
-        raise ValueError("query-engine metadata is not a mapping")
-    return sources, metadata
 
 
 def _scope_of(scope: str, query_bundle: QueryBundle) -> str:
@@ -326,8 +236,3 @@ def _index_id(engine: Any) -> str | None:
 def _streams(engine: Any) -> bool:
     synthesizer = getattr(engine, "_response_synthesizer", None)
     return bool(getattr(synthesizer, "_streaming", False))
-
-
-async def _apieces(text: str) -> AsyncIterator[str]:
-    for piece in stream_pieces(text):
-        yield piece
