@@ -20,20 +20,26 @@ tier learns its decisions from (``semantic.learning``), which every process read
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
+    "AsyncInThreads",
+    "Bus",
     "DamagedState",
+    "EntryStore",
     "L2Store",
     "LabelBatch",
     "LabelLog",
+    "LockStore",
     "PointChanges",
     "PointLog",
     "Record",
     "VersionState",
+    "VersionStore",
     "WrittenKeys",
     "batched",
     "point_id_for",
@@ -166,11 +172,8 @@ STATS_KEPT_S = 8 * 24 * 3600
 
 
 @runtime_checkable
-class L2Store(Protocol):
-    """Shared second level of the exact tier; every method may raise on a store failure."""
-
-    name: str
-    has_pubsub: bool
+class EntryStore(Protocol):
+    """Entries: opaque values under full keys, each with its watermark and TTL."""
 
     def get(self, key: str) -> Record | None: ...
     def set(self, key: str, value: bytes, ttl: float) -> float: ...
@@ -178,6 +181,15 @@ class L2Store(Protocol):
     async def aget(self, key: str) -> Record | None: ...
     async def aset(self, key: str, value: bytes, ttl: float) -> float: ...
     async def adelete(self, keys: Sequence[str]) -> None: ...
+    def keys(self, namespace: str) -> Iterator[str]: ...
+    def scan(self, namespace: str) -> Iterator[tuple[str, Record]]: ...
+    def written_since(self, namespace: str, cursor: str) -> WrittenKeys: ...
+    def clear(self, namespace: str) -> int: ...
+
+
+@runtime_checkable
+class VersionStore(Protocol):
+    """Each namespace's version state (``VersionState``): epoch, kb, tags, floor, seq."""
 
     def poll(
         self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
@@ -205,14 +217,22 @@ class L2Store(Protocol):
         """The store's eviction policy when it has one and says so (Redis ``maxmemory-policy``)."""
         ...
 
-    def keys(self, namespace: str) -> Iterator[str]: ...
-    def scan(self, namespace: str) -> Iterator[tuple[str, Record]]: ...
-    def written_since(self, namespace: str, cursor: str) -> WrittenKeys: ...
-    def clear(self, namespace: str) -> int: ...
+
+@runtime_checkable
+class LockStore(Protocol):
+    """Locks with a TTL, shared by the processes (request coalescing)."""
 
     def try_lock(self, name: str, ttl: float) -> bool: ...
     def unlock(self, name: str) -> None: ...
     def is_locked(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class Bus(Protocol):
+    """Messages to every process of a namespace (``has_pubsub``: whether they arrive; without
+    it, processes poll the versions)."""
+
+    has_pubsub: bool
 
     def publish(self, namespace: str, message: bytes) -> None: ...
     def subscribe(self, namespace: str, callback: Callable[[bytes], None]) -> None: ...
@@ -220,7 +240,37 @@ class L2Store(Protocol):
         """Stop calling the callback given to ``subscribe`` (its listener ends)."""
         ...
 
+
+@runtime_checkable
+class L2Store(EntryStore, VersionStore, LockStore, Bus, Protocol):
+    """Shared second level of the exact tier: every capability together; every method may
+    raise on a store failure."""
+
+    name: str
+
     def close(self) -> None: ...
     async def aclose(self) -> None:
         """Close what belongs to the running event loop (then ``close`` the rest)."""
         ...
+
+
+class AsyncInThreads:
+    """The async twins a store without an async client gets (as langchain-core's
+    ``BaseCache`` gives them): each runs its sync method in a thread."""
+
+    async def aget(self: EntryStore, key: str) -> Record | None:
+        return await asyncio.to_thread(self.get, key)
+
+    async def aset(self: EntryStore, key: str, value: bytes, ttl: float) -> float:
+        return await asyncio.to_thread(self.set, key, value, ttl)
+
+    async def adelete(self: EntryStore, keys: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete, keys)
+
+    async def apoll(
+        self: VersionStore, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        return await asyncio.to_thread(self.poll, namespace, epoch, after, names)
+
+    async def aclose(self) -> None:
+        return None  # nothing of the event loop's: its calls run in threads

@@ -187,11 +187,9 @@ _JOURNAL_LENGTH = 100_000  # drafts waiting to be indexed, per namespace (~0.5 K
 _MAX_CONNECTIONS = 100  # per client (one sync, one per event loop)
 
 
-class RedisStore:
-    """L2 on Redis (``redis://``, ``rediss://``, ``unix://``) or Redis Cluster."""
-
-    name = "redis"
-    has_pubsub = True
+class _RedisClients:
+    """The clients: a sync one for lookups (the store's timeout), a bulk one off the request
+    path (a longer timeout), one asyncio client per event loop, closed with its loop."""
 
     def __init__(
         self,
@@ -313,7 +311,34 @@ class RedisStore:
         if held is not None:
             await held[1].aclose()
 
-    # entries -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the sync client and the event listener, and what can be closed of the asyncio
+        clients from here: those of running loops are closed in their loop (``aclose()`` in
+        the loop waits for it), those of idle loops by running it, those of closed loops are
+        dropped."""
+        self._stopped.set()
+        for client in (self._sync_client, self._bulk_client):
+            if client is not None:
+                client.close()
+        with self._lock:
+            self._drop_closed_loops()
+            held = list(self._async.items())
+        for loop, (_, keeper) in held:
+            closing = _finish(keeper)
+            try:
+                if loop.is_running():
+                    asyncio.run_coroutine_threadsafe(closing, loop)
+                else:
+                    loop.run_until_complete(closing)
+            except RuntimeError:  # closed or started meanwhile, another loop running here
+                closing.close()
+
+
+class _RedisEntries(_RedisClients):
+    """Entries (``EntryStore``): reads and writes (scripts keep the write log and the points
+    in step), the LRU's recency, scans.  A write follows an LLM call (seconds): two round
+    trips cost nothing there, and Redis Cluster refuses a script inside a pipeline."""
+
     def get(self, key: str) -> Record | None:
         return _record(self._sync.get(key))
 
@@ -356,7 +381,45 @@ class RedisStore:
         for key in keys:
             await client.delete(key)
 
-    # versions ------------------------------------------------------------------------------
+    def keys(self, namespace: str) -> Iterator[str]:
+        for raw in self._bulk.scan_iter(match=entry_prefix(namespace) + "*", count=1000):
+            yield raw.decode() if isinstance(raw, bytes) else raw
+
+    def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
+        for key in self.keys(namespace):
+            record = _record(self._bulk.get(key))
+            if record is not None:  # expired between SCAN and GET
+                yield key, record
+
+    def written_since(self, namespace: str, cursor: str) -> WrittenKeys:
+        stream = f"tricache:{namespace}:wlog"
+        pipe = self._sync.pipeline(transaction=False)
+        pipe.xinfo_stream(stream)
+        pipe.xrange(stream, min=f"({cursor}" if cursor else "-", max="+", count=2000)
+        info, entries = pipe.execute(raise_on_error=False)
+        if isinstance(entries, Exception):
+            raise entries
+        if isinstance(info, Exception):  # no stream yet: nothing was written
+            return WrittenKeys([], cursor, True)
+        complete = not cursor or _continues(info, cursor)
+        keys = [fields[b"k"].decode() for _, fields in entries]
+        new_cursor = entries[-1][0].decode() if entries else cursor
+        return WrittenKeys(keys, new_cursor, complete)
+
+    def clear(self, namespace: str) -> int:
+        count = 0
+        for raw in self._bulk.scan_iter(match=f"tricache:{namespace}:*", count=1000):
+            count += self._bulk.delete(raw)
+        self._bulk.delete(_label_log_id(namespace), _label_log(namespace))  # id first
+        self._bulk.delete(_journal(namespace))
+        return count
+
+
+class _RedisVersions(_RedisClients):
+    """The version state (``VersionStore``).  The admin verbs (invalidate, a new
+    knowledge-base version, a floor, clear, evict) run on the bulk client: a busy server
+    slows them, never fails them as it would a lookup."""
+
     def poll(
         self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
     ) -> VersionState:
@@ -397,41 +460,11 @@ class RedisStore:
         value = (found or {}).get("maxmemory-policy")
         return value.decode() if isinstance(value, bytes) else value
 
-    # bulk ----------------------------------------------------------------------------------
-    def keys(self, namespace: str) -> Iterator[str]:
-        for raw in self._bulk.scan_iter(match=entry_prefix(namespace) + "*", count=1000):
-            yield raw.decode() if isinstance(raw, bytes) else raw
 
-    def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
-        for key in self.keys(namespace):
-            record = _record(self._bulk.get(key))
-            if record is not None:  # expired between SCAN and GET
-                yield key, record
+class _RedisLogs(_RedisClients):
+    """What the processes share besides entries: counters (``StatsLog``), unfinished writes
+    (``WriteJournal``), labels (``LabelLog``) and the semantic tier's points (``PointLog``)."""
 
-    def written_since(self, namespace: str, cursor: str) -> WrittenKeys:
-        stream = f"tricache:{namespace}:wlog"
-        pipe = self._sync.pipeline(transaction=False)
-        pipe.xinfo_stream(stream)
-        pipe.xrange(stream, min=f"({cursor}" if cursor else "-", max="+", count=2000)
-        info, entries = pipe.execute(raise_on_error=False)
-        if isinstance(entries, Exception):
-            raise entries
-        if isinstance(info, Exception):  # no stream yet: nothing was written
-            return WrittenKeys([], cursor, True)
-        complete = not cursor or _continues(info, cursor)
-        keys = [fields[b"k"].decode() for _, fields in entries]
-        new_cursor = entries[-1][0].decode() if entries else cursor
-        return WrittenKeys(keys, new_cursor, complete)
-
-    def clear(self, namespace: str) -> int:
-        count = 0
-        for raw in self._bulk.scan_iter(match=f"tricache:{namespace}:*", count=1000):
-            count += self._bulk.delete(raw)
-        self._bulk.delete(_label_log_id(namespace), _label_log(namespace))  # id first
-        self._bulk.delete(_journal(namespace))
-        return count
-
-    # counters of every process (StatsLog) ----------------------------------------------------
     def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
         key = _stats(namespace, bucket)  # (within the request path's timeout: a close waits)
         pipe = self._sync.pipeline(transaction=False)
@@ -453,7 +486,6 @@ class RedisStore:
                 totals[key] = totals.get(key, 0) + int(n)
         return totals
 
-    # writes left unfinished (WriteJournal) --------------------------------------------------
     def journal(self, namespace: str, records: Sequence[bytes]) -> int:
         """(On the write path: within the store's timeout.)"""
         pipe = self._sync.pipeline(transaction=False)
@@ -466,7 +498,6 @@ class RedisStore:
         taken = self._bulk.lpop(_journal(namespace), limit)
         return [bytes(x) for x in taken or ()]
 
-    # labels (LabelLog) ----------------------------------------------------------------------
     def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
         """Append to the log (made with an id of its own when missing)."""
         pipe = self._bulk.pipeline(transaction=False)
@@ -489,7 +520,6 @@ class RedisStore:
         last = _text(entries[-1][0]) if entries else after
         return LabelBatch(labels, f"{current}/{last}", current != log_id, len(entries) >= _LABELS)
 
-    # vector points (PointLog) -----------------------------------------------------------------
     def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None:
         self._change_points(namespace, [(point_id, data, max(1, int(ttl * 1000)))])
 
@@ -567,7 +597,11 @@ class RedisStore:
         for raw in self._bulk.scan_iter(match=pattern, count=1000):
             yield _text(raw)
 
-    # locks (request coalescing across processes) -------------------------------------------
+
+class _RedisCoordination(_RedisClients):
+    """Locks with a TTL (``LockStore``: request coalescing across processes) and pub/sub
+    (``Bus``): a listener thread per store."""
+
     def try_lock(self, name: str, ttl: float) -> bool:
         return bool(self._sync.set(name, b"1", nx=True, px=max(1, int(ttl * 1000))))
 
@@ -577,7 +611,6 @@ class RedisStore:
     def is_locked(self, name: str) -> bool:
         return bool(self._sync.exists(name))
 
-    # pub/sub -------------------------------------------------------------------------------
     def publish(self, namespace: str, message: bytes) -> None:
         self._sync.publish(f"tricache:{namespace}:events", message)
 
@@ -616,27 +649,12 @@ class RedisStore:
                 if client is not None:
                     client.close()
 
-    def close(self) -> None:
-        """Close the sync client and the event listener, and what can be closed of the asyncio
-        clients from here: those of running loops are closed in their loop (``aclose()`` in
-        the loop waits for it), those of idle loops by running it, those of closed loops are
-        dropped."""
-        self._stopped.set()
-        for client in (self._sync_client, self._bulk_client):
-            if client is not None:
-                client.close()
-        with self._lock:
-            self._drop_closed_loops()
-            held = list(self._async.items())
-        for loop, (_, keeper) in held:
-            closing = _finish(keeper)
-            try:
-                if loop.is_running():
-                    asyncio.run_coroutine_threadsafe(closing, loop)
-                else:
-                    loop.run_until_complete(closing)
-            except RuntimeError:  # closed or started meanwhile, another loop running here
-                closing.close()
+
+class RedisStore(_RedisEntries, _RedisVersions, _RedisLogs, _RedisCoordination):
+    """L2 on Redis (``redis://``, ``rediss://``, ``unix://``) or Redis Cluster."""
+
+    name = "redis"
+    has_pubsub = True
 
 
 class _TLSWithinBudget(redis.connection.SSLConnection):

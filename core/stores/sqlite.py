@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import secrets
@@ -22,6 +21,7 @@ from ..runtime.home import private_sqlite
 from .base import (
     STATS_BUCKET_S,
     STATS_KEPT_S,
+    AsyncInThreads,
     LabelBatch,
     PointChanges,
     Record,
@@ -84,39 +84,9 @@ CREATE TABLE IF NOT EXISTS stats (  -- every process's counters, added up per 5 
 """
 
 
-class SQLiteStore:
-    """L2 on a local SQLite file: an expiry column, a background sweep, no pub/sub.
-
-    Reads (``get``, ``poll``, ``written_since``, ``is_locked``) have their own connection and
-    lock: in WAL mode they never wait behind a writer, in this process or another.  Writes
-    share one connection; a write waits at most ``timeout`` for this process's other writers,
-    then at most ``timeout`` for SQLite's lock, and raises: the caller drops and counts it.
-    Expired rows are deleted by a daemon thread every ``sweep_every`` seconds, at most
-    ``sweep_batch`` rows per transaction.
-
-    ``max_entries`` and ``max_bytes`` (of stored values) bound the file, every namespace in
-    it together: a write that takes the file past them evicts the least recently used entries
-    in its own transaction (the ``tally`` table, kept by triggers, counts them at no cost), so
-    the bound holds after every write of every process, however many write at once and
-    however soon they exit.  An evicted entry's semantic point goes with it (a deletion in the
-    point log: every replica drops it).  Reads are remembered in memory and written by
-    ``touch`` (the exact tier calls it every second with what L1 served) or the next sweep.
-
-    Without pub/sub, other processes learn of invalidations by polling the version tables
-    (the exact tier does this every ``refresh_s``).
-
-    ``read_only=True`` (what a command that only reads opens: ``tricache entries list``,
-    ``stats``) opens an existing file with SQLite's ``mode=ro``: no folder or file is made,
-    nothing migrated, no permission changed, no sweeper started; ``FileNotFoundError`` when
-    there is no file, and every write raises ``sqlite3.OperationalError``.
-
-    It is also a ``PointLog``: the ``points`` table holds the semantic tier's vectors, its
-    ``seq`` column is the log (a deletion leaves a row without data for ``TOMBSTONE_S``); and
-    a ``LabelLog``: the ``labels`` table, capped at ``label_log_length`` per namespace.
-    """
-
-    name = "sqlite"
-    has_pubsub = False
+class _SQLiteFile(AsyncInThreads):
+    """The file and its connections: one writer, one reader (WAL: reads never wait behind a
+    writer), the expiry sweeper, fork safety."""
 
     def __init__(
         self,
@@ -206,7 +176,11 @@ class SQLiteStore:
         with self._read_lock:
             return self._reader.execute(sql, args).fetchall()
 
-    # entries -------------------------------------------------------------------------------
+
+class _SQLiteEntries(_SQLiteFile):
+    """Entries (``EntryStore``): reads, writes under the size bound, the LRU's recency, the
+    expiry sweep, the write log."""
+
     def get(self, key: str) -> Record | None:
         now = self._clock()
         rows = self._query(
@@ -301,114 +275,9 @@ class SQLiteStore:
         rows = self._query("SELECT count(*), coalesce(sum(size), 0) FROM entries")
         return int(rows[0][0]), int(rows[0][1])
 
-    # counters of every process (StatsLog) ----------------------------------------------------
-    def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
-        with self._writing() as db:
-            db.executemany(
-                "INSERT INTO stats (namespace, bucket, name, value) VALUES (?, ?, ?, ?) ON CONFLICT"
-                " (namespace, bucket, name) DO UPDATE SET value = value + excluded.value",
-                [(namespace, bucket, name, int(n)) for name, n in counts.items() if n],
-            )
-
-    def read_stats(self, namespace: str, since: int) -> dict[str, int]:
-        with self._read_lock, transaction(self._reader, "DEFERRED"):
-            rows = self._reader.execute(
-                "SELECT name, sum(value) FROM stats WHERE namespace = ? AND bucket >= ?"
-                " GROUP BY name",
-                (namespace, since),
-            ).fetchall()
-        return {name: int(total) for name, total in rows}
-
     def delete(self, keys: Sequence[str]) -> None:
         with self._writing() as db:
             db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in keys])
-
-    async def aget(self, key: str) -> Record | None:
-        return await asyncio.to_thread(self.get, key)
-
-    async def aset(self, key: str, value: bytes, ttl: float) -> float:
-        return await asyncio.to_thread(self.set, key, value, ttl)
-
-    async def adelete(self, keys: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete, keys)
-
-    # versions: read and changed inside one transaction each ----------------------------------
-    def poll(
-        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
-    ) -> VersionState:
-        with self._read_lock, transaction(self._reader, "DEFERRED"):  # a snapshot
-            state = self._read(self._reader, namespace, epoch, after, names)
-        if state is not None:
-            return state
-        if self.read_only:  # a namespace never used: no versions, nothing to judge by
-            return VersionState(_UNUSED_EPOCH, self._clock(), 0, 0, {})
-        with self._writing() as db, transaction(db, "IMMEDIATE"):  # the namespace's first use
-            self._epoch(db, namespace)
-            state = self._read(db, namespace, epoch, after, names)
-        assert state is not None
-        return state
-
-    def _read(
-        self,
-        db: sqlite3.Connection,
-        namespace: str,
-        epoch: str,
-        after: int,
-        names: Sequence[str],
-    ) -> VersionState | None:
-        """The state of ``namespace`` (``None`` before its first epoch); inside a transaction,
-        so the epoch and its values agree."""
-        row = _epoch_row(db, namespace)
-        if row is None:
-            return None
-        current, seq = row
-        after = after if epoch == current else 0
-        values = dict(
-            db.execute(
-                "SELECT name, value FROM versions WHERE namespace = ? AND seq > ?",
-                (namespace, after),
-            ).fetchall()
-        )
-        values.update(_values(db, namespace, [n for n in names if n not in values]))
-        return VersionState(current, self._clock(), seq, seq, values)
-
-    async def apoll(
-        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
-    ) -> VersionState:
-        return await asyncio.to_thread(self.poll, namespace, epoch, after, names)
-
-    def bump(self, namespace: str, name: str) -> VersionState:
-        return self._change(namespace, name, None)
-
-    def set_floor(self, namespace: str, value: float | None) -> VersionState:
-        return self._change(namespace, "min_wm", self._clock() if value is None else value)
-
-    def _change(self, namespace: str, name: str, value: float | None) -> VersionState:
-        with self._writing() as db, transaction(db, "IMMEDIATE"):
-            epoch, seq = self._epoch(db, namespace)
-            seq += 1
-            old = _values(db, namespace, [name]).get(name, 0.0)
-            value = old + 1 if value is None else max(old, value)  # the floor never goes down
-            db.execute("UPDATE epochs SET seq = ? WHERE namespace = ?", (seq, namespace))
-            db.execute(
-                "INSERT OR REPLACE INTO versions (namespace, name, value, seq) VALUES (?, ?, ?, ?)",
-                (namespace, name, value, seq),
-            )
-        return VersionState(epoch, self._clock(), seq, seq, {name: value})
-
-    def new_epoch(self, namespace: str, replacing: str | None) -> str:
-        with self._writing() as db, transaction(db, "IMMEDIATE"):
-            current, _ = self._epoch(db, namespace)
-            if replacing is None or current == replacing:
-                current = _start_epoch(db, namespace)
-        return current
-
-    def eviction_policy(self) -> str | None:
-        return None  # nothing is evicted from the file but expired entries
-
-    def _epoch(self, db: sqlite3.Connection, namespace: str) -> tuple[str, int]:
-        """The current epoch and seq, starting the first one (in a write transaction)."""
-        return _epoch_row(db, namespace) or (_start_epoch(db, namespace), 0)
 
     # bulk: on a connection of their own, so a long read holds up neither reads nor writes ----
     def keys(self, namespace: str) -> Iterator[str]:
@@ -453,7 +322,118 @@ class SQLiteStore:
             db.execute("DELETE FROM journal WHERE namespace = ?", (namespace,))
         return cur.rowcount
 
-    # writes left unfinished (WriteJournal) --------------------------------------------------
+    def close(self) -> None:
+        self._stop.set()
+        self._nudge.set()
+        if self._sweeper is not None and self._sweeper is not threading.current_thread():
+            self._sweeper.join(timeout=1.0)
+        try:
+            if not self.read_only:
+                self.touch(())  # the last reads, within the write budget
+        except sqlite3.Error as exc:
+            log.debug("tricache: sqlite uses not written at close: %s", exc)
+        with self._lock, self._read_lock:
+            self._db.close()
+            self._reader.close()
+
+
+class _SQLiteVersions(_SQLiteFile):
+    """The version state (``VersionStore``): read and changed inside one transaction each."""
+
+    def poll(
+        self, namespace: str, epoch: str, after: int, names: Sequence[str] = ()
+    ) -> VersionState:
+        with self._read_lock, transaction(self._reader, "DEFERRED"):  # a snapshot
+            state = self._read(self._reader, namespace, epoch, after, names)
+        if state is not None:
+            return state
+        if self.read_only:  # a namespace never used: no versions, nothing to judge by
+            return VersionState(_UNUSED_EPOCH, self._clock(), 0, 0, {})
+        with self._writing() as db, transaction(db, "IMMEDIATE"):  # the namespace's first use
+            self._epoch(db, namespace)
+            state = self._read(db, namespace, epoch, after, names)
+        assert state is not None
+        return state
+
+    def _read(
+        self,
+        db: sqlite3.Connection,
+        namespace: str,
+        epoch: str,
+        after: int,
+        names: Sequence[str],
+    ) -> VersionState | None:
+        """The state of ``namespace`` (``None`` before its first epoch); inside a transaction,
+        so the epoch and its values agree."""
+        row = _epoch_row(db, namespace)
+        if row is None:
+            return None
+        current, seq = row
+        after = after if epoch == current else 0
+        values = dict(
+            db.execute(
+                "SELECT name, value FROM versions WHERE namespace = ? AND seq > ?",
+                (namespace, after),
+            ).fetchall()
+        )
+        values.update(_values(db, namespace, [n for n in names if n not in values]))
+        return VersionState(current, self._clock(), seq, seq, values)
+
+    def bump(self, namespace: str, name: str) -> VersionState:
+        return self._change(namespace, name, None)
+
+    def set_floor(self, namespace: str, value: float | None) -> VersionState:
+        return self._change(namespace, "min_wm", self._clock() if value is None else value)
+
+    def _change(self, namespace: str, name: str, value: float | None) -> VersionState:
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
+            epoch, seq = self._epoch(db, namespace)
+            seq += 1
+            old = _values(db, namespace, [name]).get(name, 0.0)
+            value = old + 1 if value is None else max(old, value)  # the floor never goes down
+            db.execute("UPDATE epochs SET seq = ? WHERE namespace = ?", (seq, namespace))
+            db.execute(
+                "INSERT OR REPLACE INTO versions (namespace, name, value, seq) VALUES (?, ?, ?, ?)",
+                (namespace, name, value, seq),
+            )
+        return VersionState(epoch, self._clock(), seq, seq, {name: value})
+
+    def new_epoch(self, namespace: str, replacing: str | None) -> str:
+        with self._writing() as db, transaction(db, "IMMEDIATE"):
+            current, _ = self._epoch(db, namespace)
+            if replacing is None or current == replacing:
+                current = _start_epoch(db, namespace)
+        return current
+
+    def eviction_policy(self) -> str | None:
+        return None  # nothing is evicted from the file but expired entries
+
+    def _epoch(self, db: sqlite3.Connection, namespace: str) -> tuple[str, int]:
+        """The current epoch and seq, starting the first one (in a write transaction)."""
+        return _epoch_row(db, namespace) or (_start_epoch(db, namespace), 0)
+
+
+class _SQLiteLogs(_SQLiteFile):
+    """What the processes share besides entries: counters (``StatsLog``), unfinished writes
+    (``WriteJournal``), labels (``LabelLog``) and the semantic tier's points (``PointLog``)."""
+
+    def add_stats(self, namespace: str, bucket: int, counts: dict[str, int]) -> None:
+        with self._writing() as db:
+            db.executemany(
+                "INSERT INTO stats (namespace, bucket, name, value) VALUES (?, ?, ?, ?) ON CONFLICT"
+                " (namespace, bucket, name) DO UPDATE SET value = value + excluded.value",
+                [(namespace, bucket, name, int(n)) for name, n in counts.items() if n],
+            )
+
+    def read_stats(self, namespace: str, since: int) -> dict[str, int]:
+        with self._read_lock, transaction(self._reader, "DEFERRED"):
+            rows = self._reader.execute(
+                "SELECT name, sum(value) FROM stats WHERE namespace = ? AND bucket >= ?"
+                " GROUP BY name",
+                (namespace, since),
+            ).fetchall()
+        return {name: int(total) for name, total in rows}
+
     def journal(self, namespace: str, records: Sequence[bytes]) -> int:
         with self._writing() as db, transaction(db, "IMMEDIATE"):
             db.executemany(
@@ -479,7 +459,6 @@ class SQLiteStore:
                 )
         return [bytes(data) for _, data in rows]
 
-    # labels (LabelLog) ----------------------------------------------------------------------
     def add_labels(self, namespace: str, labels: Sequence[bytes]) -> None:
         with self._writing() as db, transaction(db, "IMMEDIATE"):
             db.execute(
@@ -516,7 +495,6 @@ class SQLiteStore:
         labels = [bytes(data) for _, data in rows]
         return LabelBatch(labels, f"{current}/{last}", current != log_id, len(rows) >= _LABELS)
 
-    # vector points (PointLog) -----------------------------------------------------------------
     def put_point(self, namespace: str, point_id: str, data: bytes, ttl: float) -> None:
         self._change_points(namespace, [(point_id, data, self._clock() + ttl)])
 
@@ -589,7 +567,10 @@ class SQLiteStore:
         changed = [(point_id, None if data is None else bytes(data)) for _, point_id, data in rows]
         return PointChanges(changed, f"{log_id}:{rows[-1][0]}", True)
 
-    # locks (request coalescing across processes) -------------------------------------------
+
+class _SQLiteCoordination(_SQLiteFile):
+    """Locks (``LockStore``) in a table; no pub/sub (``Bus``): processes poll the versions."""
+
     def try_lock(self, name: str, ttl: float) -> bool:
         now = self._clock()
         with self._writing() as db:
@@ -609,7 +590,6 @@ class SQLiteStore:
         )
         return bool(rows)
 
-    # no pub/sub ----------------------------------------------------------------------------
     def publish(self, namespace: str, message: bytes) -> None:
         return None
 
@@ -619,22 +599,40 @@ class SQLiteStore:
     def unsubscribe(self) -> None:
         return None
 
-    async def aclose(self) -> None:
-        return None  # nothing of the event loop's: its calls run in threads
 
-    def close(self) -> None:
-        self._stop.set()
-        self._nudge.set()
-        if self._sweeper is not None and self._sweeper is not threading.current_thread():
-            self._sweeper.join(timeout=1.0)
-        try:
-            if not self.read_only:
-                self.touch(())  # the last reads, within the write budget
-        except sqlite3.Error as exc:
-            log.debug("tricache: sqlite uses not written at close: %s", exc)
-        with self._lock, self._read_lock:
-            self._db.close()
-            self._reader.close()
+class SQLiteStore(_SQLiteEntries, _SQLiteVersions, _SQLiteLogs, _SQLiteCoordination):
+    """L2 on a local SQLite file: an expiry column, a background sweep, no pub/sub.
+
+    Reads (``get``, ``poll``, ``written_since``, ``is_locked``) have their own connection and
+    lock: in WAL mode they never wait behind a writer, in this process or another.  Writes
+    share one connection; a write waits at most ``timeout`` for this process's other writers,
+    then at most ``timeout`` for SQLite's lock, and raises: the caller drops and counts it.
+    Expired rows are deleted by a daemon thread every ``sweep_every`` seconds, at most
+    ``sweep_batch`` rows per transaction.
+
+    ``max_entries`` and ``max_bytes`` (of stored values) bound the file, every namespace in
+    it together: a write that takes the file past them evicts the least recently used entries
+    in its own transaction (the ``tally`` table, kept by triggers, counts them at no cost), so
+    the bound holds after every write of every process, however many write at once and
+    however soon they exit.  An evicted entry's semantic point goes with it (a deletion in the
+    point log: every replica drops it).  Reads are remembered in memory and written by
+    ``touch`` (the exact tier calls it every second with what L1 served) or the next sweep.
+
+    Without pub/sub, other processes learn of invalidations by polling the version tables
+    (the exact tier does this every ``refresh_s``).
+
+    ``read_only=True`` (what a command that only reads opens: ``tricache entries list``,
+    ``stats``) opens an existing file with SQLite's ``mode=ro``: no folder or file is made,
+    nothing migrated, no permission changed, no sweeper started; ``FileNotFoundError`` when
+    there is no file, and every write raises ``sqlite3.OperationalError``.
+
+    It is also a ``PointLog``: the ``points`` table holds the semantic tier's vectors, its
+    ``seq`` column is the log (a deletion leaves a row without data for ``TOMBSTONE_S``); and
+    a ``LabelLog``: the ``labels`` table, capped at ``label_log_length`` per namespace.
+    """
+
+    name = "sqlite"
+    has_pubsub = False
 
 
 def open_read_only(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
