@@ -28,6 +28,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from pydantic import PrivateAttr
 
 from llama_index_tricache import CachedQueryEngine, TriCacheEmbedding, TriCacheLLM, tenant
+from llama_index_tricache.calls import chat_call, completion_call
 from llama_index_tricache.convert import llm_key
 from tricache import Cache, CacheRequest
 from tricache.key.conversation import stream_pieces
@@ -338,7 +339,7 @@ def test_odd_prompts_never_break_the_call(core: Cache, prompt: str) -> None:
 def test_a_foreign_value_under_the_key_is_a_miss(core: Cache) -> None:
     inner = ScriptedLLM(answers=["fresh"], chat_model=False)
     llm = TriCacheLLM(inner, cache=core)
-    call = llm._completion_call("What is the refund window?", False, {})
+    call = completion_call(llm.tricache, llm.llm, "What is the refund window?", False, {})
     assert call is not None
     core.update(call.request, "WRONG", {"kind": "pickle", "data": b"\x80"}, semantic=False)
     assert llm.complete("What is the refund window?").text == "fresh"
@@ -469,7 +470,7 @@ def tool_round(city: str, call_id: str = "call-1", **extra: Any) -> list[ChatMes
 
 
 def request_of(llm: TriCacheLLM, messages: list[ChatMessage]) -> CacheRequest:
-    call = llm._chat_call(messages, {})
+    call = chat_call(llm.tricache, llm.llm, messages, {})
     assert call is not None
     return call.request
 
@@ -735,8 +736,8 @@ def test_a_stored_value_that_is_not_a_payload_is_a_corrupt_miss(
     for n, payload in enumerate(foreign):
         question = f"What is the refund window, case {n}?"
         calls: list[tuple[Any, Any]] = [
-            (TriCacheLLM(chat, cache=core)._chat_call(user(question), {}), None),
-            (TriCacheLLM(complete, cache=core)._completion_call(question, False, {}), None),
+            (chat_call(core, chat, user(question), {}), None),
+            (completion_call(core, complete, question, False, {}), None),
         ]
         for call, _ in calls:
             core.update(call.request, "WRONG", payload, semantic=False)
@@ -749,7 +750,7 @@ def test_a_stored_value_that_is_not_a_payload_is_a_corrupt_miss(
         assert core.metrics.count("exact", "corrupt") == before + 3
     # the streaming forms too
     question = "What is the refund window, streamed?"
-    call = TriCacheLLM(chat, cache=core)._chat_call(user(question), {})
+    call = chat_call(core, chat, user(question), {})
     core.update(call.request, "WRONG", foreign[0], semantic=False)
     streamed = list(TriCacheLLM(chat, cache=core).stream_chat(user(question)))
     assert streamed[-1].message.content == "fresh"
