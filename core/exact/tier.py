@@ -53,8 +53,10 @@ class ExactHit:
     level: str  # "l1" or "l2"
 
 
-class ExactTier:
-    """Exact-match cache of one namespace over an optional shared L2 store."""
+class _ExactParts:
+    """The tier's parts (L1, the L2 link and its breaker, the versions, the miss ledger, the
+    Bloom filter) and what every path asks of them: the key, the versions now, whether an
+    entry is still current."""
 
     max_value_bytes = 4 * 2**20  # a larger answer is not stored
     bloom_capacity = 1_000_000
@@ -111,11 +113,118 @@ class ExactTier:
             )
         return exact_key(request, cache_version=self.cache_version, volatile=self.volatile_context)
 
-    # lookup --------------------------------------------------------------------------------
-    # A lookup makes at most one store call before its L2 read, and only when it must: the
-    # versions are unverified (first use, store trouble) or the request has tags this process
-    # has not read.  Everything else the store is asked (polls, the Bloom filter's catch-up,
-    # what an entry from L2 needs) is the upkeep thread's job.
+    def _stamp(self, tags: tuple[str, ...]) -> Stamp | None:
+        """The versions a request with ``tags`` begins under; ``None`` when this view cannot
+        vouch for them (unverified, or a tag not read): its answer will not be stored."""
+        if self.store is not None and (self.versions.unknown(tags) or not self.versions.verified()):
+            return None
+        return self.versions.stamp(tags)
+
+    def _judge(self, entry: CacheEntry, *, written: float | None = None) -> str | None:
+        """Why ``entry`` is stale, or ``None``; ``StoreUnavailable`` when this view cannot tell
+        yet (the upkeep thread is asked to learn what is missing).  ``written``: the store's
+        clock when an entry read from L2 was written.  An entry of another epoch is stale when
+        this view has verified its own epoch since that write (epochs only move forward in
+        the store); otherwise it may be newer than the view."""
+        reason = self.versions.stale_reason(entry)
+        newer_maybe = written is None or written >= self.versions.verified_clock - _CLOCK_MARGIN_S
+        if reason == "epoch" and written is not None and newer_maybe:
+            self.sync.learn_soon([])
+            raise StoreUnavailable("an entry of an epoch this view has not seen")
+        if reason == "unknown_tag":
+            unknown = self.versions.unknown(list(entry.tag_versions))
+            self.sync.learn_soon([tag_meta(t) for t in unknown])
+            raise StoreUnavailable("tag versions not read yet")
+        return reason
+
+    def _miss(self) -> None:
+        self.metrics.incr(TIER, "misses")
+
+    def close(self) -> None:
+        self._upkeep.stop(wait=1.0)  # a poll or catch-up under way ends before the store
+        if self.bloom is not None:
+            self.bloom.close()
+        if self.store is not None:
+            if self.breaker.allow():
+                self._tell_served(now=True)
+            self.store.close()
+
+    def _l1_ttl(self, entry: CacheEntry) -> float:
+        lifetime = entry.ttl or self.policy.base_ttl(entry.category, negative=entry.negative)
+        return min(self.policy.l1, lifetime)
+
+    def _stale(self, entry: CacheEntry, written: float) -> bool:
+        """Whether ``entry`` (written at ``written``) is stale, for an admin verb: what this
+        view lacks is read first; ``StoreUnavailable`` when it still cannot tell."""
+        for _ in range(_ADMIN_POLLS):
+            try:
+                return self._judge(entry, written=written) is not None
+            except StoreUnavailable:
+                self.sync.poll([tag_meta(t) for t in entry.tag_versions])
+        raise StoreUnavailable(f"{self.store_name} did not say whether the entry is current")
+
+    def _tell_served(self, *, now: bool = False) -> None:
+        """Tell the store which entries L1 served (``touch``: a bounded SQLite file's used_at,
+        Redis's LRU clock), at most every ``_TELL_SERVED_S``: the hottest entries are not
+        evicted as unused.  The upkeep thread's work (and ``close``'s)."""
+        touch = getattr(self.store, "touch", None)
+        if touch is None or not (now or time.monotonic() >= self._served_told + _TELL_SERVED_S):
+            return
+        self._served_told = time.monotonic()
+        served, self._served = self._served, {}
+        try:
+            touch(list(served))
+        except Exception as exc:
+            self.link.failed("touch", exc)
+
+    def _verify_now(self) -> None:
+        """The versions read from the store before an admin verb, whatever this process did
+        before (a fresh one has looked nothing up); tried again on a busy server."""
+        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):
+            raise StoreUnavailable(f"{self.store_name} did not answer")
+
+    def _admin_call(self, what: str, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the store for an admin verb: tried again on a busy server (each
+        try within the store's timeout); ``StoreUnavailable`` when it never answered."""
+        for attempt in range(_ADMIN_POLLS):
+            try:
+                result = call(*args)
+            except Exception as exc:
+                if attempt + 1 == _ADMIN_POLLS:
+                    raise StoreUnavailable(f"{self.store_name} {what} failed: {exc}") from exc
+                continue
+            self.breaker.success()
+            return result
+        raise AssertionError("unreachable")  # (_ADMIN_POLLS >= 1)
+
+    def upkeep(self) -> None:
+        """What the upkeep thread does, every ``refresh_s`` or when woken: poll the versions
+        (plus names a lookup could not judge), catch the Bloom filter up, and once check
+        Redis's eviction policy.  Each step behind the breaker."""
+        if self.store is None or not self.breaker.allow():
+            return
+        wanted, names = self.sync.take_wanted()
+        if wanted or names or time.monotonic() >= self._next_refresh:
+            self._next_refresh = time.monotonic() + self.refresh_s
+            if not self.sync.poll(names):
+                return
+        bloom = self.bloom
+        if bloom is not None and bloom.ready and bloom.sync_due() and self.breaker.allow():
+            try:
+                bloom.sync(self.store, self.namespace)
+            except Exception as exc:
+                self.link.failed("refresh", exc)
+        self.sync.check_policy()
+        self._tell_served()
+
+
+class _ExactReads(_ExactParts):
+    """Lookups: L1, then the Bloom filter, then L2, each entry judged against the versions.
+    A lookup makes at most one store call before its L2 read, and only when it must: the
+    versions are unverified (first use, store trouble) or the request has tags this process
+    has not read.  Everything else the store is asked (polls, the Bloom filter's catch-up,
+    what an entry from L2 needs) is the upkeep thread's job."""
+
     def get_steps(self, asked: Asked) -> Steps[ExactHit | None]:
         """A lookup begins: L1, then (when the versions, the Bloom filter and the breaker let
         it) L2.  A miss records the versions it began under (``misses``)."""
@@ -150,13 +259,6 @@ class ExactTier:
         if hit is None:
             self.misses.record(key, self._stamp(tags) or UNFIT)
         return hit
-
-    def _stamp(self, tags: tuple[str, ...]) -> Stamp | None:
-        """The versions a request with ``tags`` begins under; ``None`` when this view cannot
-        vouch for them (unverified, or a tag not read): its answer will not be stored."""
-        if self.store is not None and (self.versions.unknown(tags) or not self.versions.verified()):
-            return None
-        return self.versions.stamp(tags)
 
     def current(self, key: str, tags: tuple[str, ...]) -> CacheEntry | None:
         """The entry stored under ``key`` (written with ``tags``) now, its versions verified
@@ -206,14 +308,6 @@ class ExactTier:
         self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
         return entry
 
-    def delete(self, key: str) -> None:
-        """Remove one entry from L1 and L2, for an admin verb (``Cache.delete``, feedback):
-        ``StoreUnavailable`` when the store did not take it."""
-        self.l1.pop(key)
-        if self.store is not None:
-            self._admin_call("delete", self.store.delete, [key])
-        self.sync.deleted([key])  # every cache of this process now, the others at a poll
-
     def read(self, key: str) -> CacheEntry | None:
         """The current entry stored under ``key``, for an admin verb (``Cache.entry``, the
         review page): unlike ``fetch`` it works in a process that has looked nothing up, for
@@ -256,20 +350,6 @@ class ExactTier:
         """An L1 hit, remembered for the store's recency (its LRU never sees it otherwise)."""
         if len(self._served) < _SERVED_MAX:
             self._served[key] = None
-
-    def _tell_served(self, *, now: bool = False) -> None:
-        """Tell the store which entries L1 served (``touch``: a bounded SQLite file's used_at,
-        Redis's LRU clock), at most every ``_TELL_SERVED_S``: the hottest entries are not
-        evicted as unused.  The upkeep thread's work (and ``close``'s)."""
-        touch = getattr(self.store, "touch", None)
-        if touch is None or not (now or time.monotonic() >= self._served_told + _TELL_SERVED_S):
-            return
-        self._served_told = time.monotonic()
-        served, self._served = self._served, {}
-        try:
-            touch(list(served))
-        except Exception as exc:
-            self.link.failed("touch", exc)
 
     def _should_read_l2(self, key: str, reachable: bool = True) -> bool:
         """True when L2 must be asked; otherwise the lookup is a miss, counted here.
@@ -346,27 +426,10 @@ class ExactTier:
         self.metrics.incr(TIER, "undeclared_tags")
         return False
 
-    def _judge(self, entry: CacheEntry, *, written: float | None = None) -> str | None:
-        """Why ``entry`` is stale, or ``None``; ``StoreUnavailable`` when this view cannot tell
-        yet (the upkeep thread is asked to learn what is missing).  ``written``: the store's
-        clock when an entry read from L2 was written.  An entry of another epoch is stale when
-        this view has verified its own epoch since that write (epochs only move forward in
-        the store); otherwise it may be newer than the view."""
-        reason = self.versions.stale_reason(entry)
-        newer_maybe = written is None or written >= self.versions.verified_clock - _CLOCK_MARGIN_S
-        if reason == "epoch" and written is not None and newer_maybe:
-            self.sync.learn_soon([])
-            raise StoreUnavailable("an entry of an epoch this view has not seen")
-        if reason == "unknown_tag":
-            unknown = self.versions.unknown(list(entry.tag_versions))
-            self.sync.learn_soon([tag_meta(t) for t in unknown])
-            raise StoreUnavailable("tag versions not read yet")
-        return reason
 
-    def _miss(self) -> None:
-        self.metrics.incr(TIER, "misses")
+class _ExactWrites(_ExactParts):
+    """Writes: an answer stored under the versions its miss began with (the miss ledger)."""
 
-    # the miss ledger -----------------------------------------------------------------------
     def began(self, key: str) -> Stamp | None:
         """The versions the last miss of ``key`` in this thread or task began under."""
         return self.misses.peek(key)
@@ -376,7 +439,6 @@ class ExactTier:
         follow it."""
         self.misses.take(key)
 
-    # write ---------------------------------------------------------------------------------
     def put_steps(
         self,
         asked: Asked,
@@ -490,30 +552,10 @@ class ExactTier:
         lifetime = ttl if ttl is not None else self.policy.ttl(category, negative=negative)
         return entry, data, lifetime, stamp
 
-    def _l1_ttl(self, entry: CacheEntry) -> float:
-        lifetime = entry.ttl or self.policy.base_ttl(entry.category, negative=entry.negative)
-        return min(self.policy.l1, lifetime)
 
-    # background, invalidation, eviction ----------------------------------------------------
-    def upkeep(self) -> None:
-        """What the upkeep thread does, every ``refresh_s`` or when woken: poll the versions
-        (plus names a lookup could not judge), catch the Bloom filter up, and once check
-        Redis's eviction policy.  Each step behind the breaker."""
-        if self.store is None or not self.breaker.allow():
-            return
-        wanted, names = self.sync.take_wanted()
-        if wanted or names or time.monotonic() >= self._next_refresh:
-            self._next_refresh = time.monotonic() + self.refresh_s
-            if not self.sync.poll(names):
-                return
-        bloom = self.bloom
-        if bloom is not None and bloom.ready and bloom.sync_due() and self.breaker.allow():
-            try:
-                bloom.sync(self.store, self.namespace)
-            except Exception as exc:
-                self.link.failed("refresh", exc)
-        self.sync.check_policy()
-        self._tell_served()
+class _ExactUpkeep(_ExactParts):
+    """Off the request path: the background upkeep, invalidation, eviction, deletes and the
+    admin verbs' store calls."""
 
     def invalidate(self, tag: str) -> int:
         """Make every entry written under ``tag`` unreachable, in every process."""
@@ -574,36 +616,6 @@ class ExactTier:
         except StoreUnavailable:
             return False  # cannot tell: the entry stays
 
-    def _stale(self, entry: CacheEntry, written: float) -> bool:
-        """Whether ``entry`` (written at ``written``) is stale, for an admin verb: what this
-        view lacks is read first; ``StoreUnavailable`` when it still cannot tell."""
-        for _ in range(_ADMIN_POLLS):
-            try:
-                return self._judge(entry, written=written) is not None
-            except StoreUnavailable:
-                self.sync.poll([tag_meta(t) for t in entry.tag_versions])
-        raise StoreUnavailable(f"{self.store_name} did not say whether the entry is current")
-
-    def _verify_now(self) -> None:
-        """The versions read from the store before an admin verb, whatever this process did
-        before (a fresh one has looked nothing up); tried again on a busy server."""
-        if not any(self.sync.poll() for _ in range(_ADMIN_POLLS)):
-            raise StoreUnavailable(f"{self.store_name} did not answer")
-
-    def _admin_call(self, what: str, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)`` on the store for an admin verb: tried again on a busy server (each
-        try within the store's timeout); ``StoreUnavailable`` when it never answered."""
-        for attempt in range(_ADMIN_POLLS):
-            try:
-                result = call(*args)
-            except Exception as exc:
-                if attempt + 1 == _ADMIN_POLLS:
-                    raise StoreUnavailable(f"{self.store_name} {what} failed: {exc}") from exc
-                continue
-            self.breaker.success()
-            return result
-        raise AssertionError("unreachable")  # (_ADMIN_POLLS >= 1)
-
     def clear(self) -> None:
         """Drop every entry of the namespace, in L2 and in every process's L1."""
         self.l1.clear()
@@ -612,14 +624,17 @@ class ExactTier:
         self.sync.new_epoch()
         self.store.clear(self.namespace)
 
-    def close(self) -> None:
-        self._upkeep.stop(wait=1.0)  # a poll or catch-up under way ends before the store
-        if self.bloom is not None:
-            self.bloom.close()
+    def delete(self, key: str) -> None:
+        """Remove one entry from L1 and L2, for an admin verb (``Cache.delete``, feedback):
+        ``StoreUnavailable`` when the store did not take it."""
+        self.l1.pop(key)
         if self.store is not None:
-            if self.breaker.allow():
-                self._tell_served(now=True)
-            self.store.close()
+            self._admin_call("delete", self.store.delete, [key])
+        self.sync.deleted([key])  # every cache of this process now, the others at a poll
+
+
+class ExactTier(_ExactReads, _ExactWrites, _ExactUpkeep):
+    """Exact-match cache of one namespace over an optional shared L2 store."""
 
 
 # Redis Cluster nodes' clocks may differ a little; misjudging within it loses an entry (a newer
