@@ -116,12 +116,8 @@ WRITE_BATCH = 50  # entries a write transaction: the FAQ's write lock is held fo
 EMBED_BATCH = 32  # texts an embedder call, so a lookup's own embedding never waits long
 
 
-class FaqStore:
-    """Curated question/answer pairs of one namespace in one SQLite file.
-
-    ``read_only=True`` opens an existing file with SQLite's ``mode=ro`` (``tricache faq list``
-    and ``faq search``): nothing is created, migrated or chmodded; ``FileNotFoundError`` when
-    it is absent, and a write raises ``sqlite3.OperationalError``."""
+class _FaqFile:
+    """The FAQ's file: its connection, its version (bumped by every change) and the embedder."""
 
     def __init__(
         self,
@@ -162,7 +158,67 @@ class FaqStore:
         self._matrix: tuple[np.ndarray, list[int]] | None = None  # vectors, form ids
         self._loaded_version = -1  # the FAQ version self._matrix was read at
 
-    # writing -------------------------------------------------------------------------------
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """One change to the FAQ: under the lock, in one transaction (rolled back when it
+        raises); the vectors are read again after it."""
+        with self._lock, transaction(self._db, "IMMEDIATE"):
+            yield
+        self._matrix = None
+
+    def _new_id(self) -> int:
+        return int(self._db.execute(_NEXT_ID).fetchone()[0])
+
+    def _bump_version(self) -> None:
+        self._db.execute(
+            "INSERT INTO faq_state (name, value) VALUES (?, 1)"
+            " ON CONFLICT(name) DO UPDATE SET value = value + 1",
+            (f"version:{self.namespace}",),
+        )
+
+    def version(self) -> int:
+        """Changes made to this namespace's FAQ, by any process."""
+        rows = self._read(
+            "SELECT value FROM faq_state WHERE name = ?", (f"version:{self.namespace}",)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def count(self) -> int:
+        rows = self._read("SELECT count(*) FROM faq WHERE namespace = ?", (self.namespace,))
+        return int(rows[0][0])
+
+    def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        """The rows of one query, read on the reader connection (never behind a write)."""
+        with self._reads:
+            return self._reader.execute(sql, params).fetchall()
+
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        assert self.embedder is not None
+        return np.asarray(self.embedder.embed([_embeddable(t) for t in texts]), dtype=np.float32)
+
+    def close(self) -> None:
+        with self._lock, self._reads:
+            self._db.close()
+            self._reader.close()
+
+    def _add_form_keys(self) -> None:
+        """Give the forms of a file made by an older version their form keys (once)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(faq_forms)")}
+        with self._changing():
+            if "form" not in columns:
+                self._db.execute("ALTER TABLE faq_forms ADD COLUMN form TEXT")
+            rows = self._db.execute("SELECT id, text FROM faq_forms WHERE form IS NULL")
+            self._db.executemany(
+                "UPDATE faq_forms SET form = ? WHERE id = ?",
+                [(form_key(text), form_id) for form_id, text in rows.fetchall()],
+            )
+            self._db.execute("CREATE INDEX IF NOT EXISTS faq_forms_form ON faq_forms(form)")
+
+
+class _FaqCuration(_FaqFile):
+    """Curation: entries added or replaced by question (embedded outside the lock, written in
+    batches), listed, deleted, rejected for a question."""
+
     def add(self, entries: Iterable[FaqEntry]) -> int:
         """Add entries as ``put`` does; returns how many were given."""
         return sum(self.put(entries))
@@ -273,44 +329,6 @@ class FaqStore:
             at += n
         return out
 
-    @contextmanager
-    def _changing(self) -> Iterator[None]:
-        """One change to the FAQ: under the lock, in one transaction (rolled back when it
-        raises); the vectors are read again after it."""
-        with self._lock, transaction(self._db, "IMMEDIATE"):
-            yield
-        self._matrix = None
-
-    def _add_form_keys(self) -> None:
-        """Give the forms of a file made by an older version their form keys (once)."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(faq_forms)")}
-        with self._changing():
-            if "form" not in columns:
-                self._db.execute("ALTER TABLE faq_forms ADD COLUMN form TEXT")
-            rows = self._db.execute("SELECT id, text FROM faq_forms WHERE form IS NULL")
-            self._db.executemany(
-                "UPDATE faq_forms SET form = ? WHERE id = ?",
-                [(form_key(text), form_id) for form_id, text in rows.fetchall()],
-            )
-            self._db.execute("CREATE INDEX IF NOT EXISTS faq_forms_form ON faq_forms(form)")
-
-    def _new_id(self) -> int:
-        return int(self._db.execute(_NEXT_ID).fetchone()[0])
-
-    def _bump_version(self) -> None:
-        self._db.execute(
-            "INSERT INTO faq_state (name, value) VALUES (?, 1)"
-            " ON CONFLICT(name) DO UPDATE SET value = value + 1",
-            (f"version:{self.namespace}",),
-        )
-
-    def version(self) -> int:
-        """Changes made to this namespace's FAQ, by any process."""
-        rows = self._read(
-            "SELECT value FROM faq_state WHERE name = ?", (f"version:{self.namespace}",)
-        )
-        return int(rows[0][0]) if rows else 0
-
     def entries(self) -> list[tuple[int, FaqEntry]]:
         """Every entry of this namespace, with its id, oldest first."""
         with self._reads:
@@ -358,22 +376,17 @@ class FaqStore:
                 (self.namespace, faq_id, question),
             )
 
+
+class _FaqSearch(_FaqFile):
+    """Matching: full-text candidates over every curated form, scored by their vectors, the
+    same question in another form first, never an answer rejected for the question."""
+
     def _rejected(self, faq_id: int, question: str) -> bool:
         return bool(self._read(
             "SELECT 1 FROM faq_rejections WHERE namespace = ? AND faq_id = ? AND question = ?",
             (self.namespace, faq_id, question_key(question)),
         ))  # fmt: skip
 
-    def count(self) -> int:
-        rows = self._read("SELECT count(*) FROM faq WHERE namespace = ?", (self.namespace,))
-        return int(rows[0][0])
-
-    def _read(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        """The rows of one query, read on the reader connection (never behind a write)."""
-        with self._reads:
-            return self._reader.execute(sql, params).fetchall()
-
-    # reading -------------------------------------------------------------------------------
     def search(self, query: str, limit: int = 5) -> list[FaqMatch]:
         """Candidates best first: by cosine similarity with an embedder, else by FTS5 rank."""
         forms = self._fts_forms(query, self.candidates)
@@ -437,7 +450,6 @@ class FaqStore:
         )
         return FaqMatch(rows[0][0], rows[0][1], rows[0][2], rows[0][1], 1.0) if rows else None
 
-    # internals -----------------------------------------------------------------------------
     def _same_questions(self, query: str) -> list[FaqMatch]:
         """Curated forms that ``query`` asks in another form (``forms.same_question``): a
         curated question before a paraphrase, the newest entry first (the last import wins)."""
@@ -452,10 +464,6 @@ class FaqStore:
             for faq_id, question, answer, text in rows
             if same_question(text, query)
         ]
-
-    def _vectors(self, texts: list[str]) -> np.ndarray:
-        assert self.embedder is not None
-        return np.asarray(self.embedder.embed([_embeddable(t) for t in texts]), dtype=np.float32)
 
     def _vector_matrix(self) -> tuple[np.ndarray, list[int]]:
         version = self.version()  # another process may have changed the FAQ
@@ -508,10 +516,13 @@ class FaqStore:
         )
         return FaqMatch(rows[0][0], rows[0][1], rows[0][2], rows[0][3], score) if rows else None
 
-    def close(self) -> None:
-        with self._lock, self._reads:
-            self._db.close()
-            self._reader.close()
+
+class FaqStore(_FaqCuration, _FaqSearch):
+    """Curated question/answer pairs of one namespace in one SQLite file.
+
+    ``read_only=True`` opens an existing file with SQLite's ``mode=ro`` (``tricache faq list``
+    and ``faq search``): nothing is created, migrated or chmodded; ``FileNotFoundError`` when
+    it is absent, and a write raises ``sqlite3.OperationalError``."""
 
 
 def question_key(question: str) -> str:
