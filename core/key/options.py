@@ -92,7 +92,13 @@ def current_entry_options() -> EntryOptions:
 def options_from(fields: Mapping[str, Any] | None) -> dict[str, Any]:
     """``entry_options`` keywords from a mapping's ``tricache_ttl``, ``tricache_tags`` and
     ``tricache_category`` (a LangChain config's metadata, LlamaIndex keyword arguments)."""
-    if not fields:
-        return {}
-    found = {name: fields.get(f"tricache_{name}") for name in ("ttl", "tags", "category")}
-    return {name: value for name, value in found.items() if value is not None}
+    found: dict[str, Any] = {}
+    if fields:
+        for name, key in _FIELDS:
+            value = fields.get(key)
+            if value is not None:
+                found[name] = value
+    return found
+
+
+_FIELDS = (("ttl", "tricache_ttl"), ("tags", "tricache_tags"), ("category", "tricache_category"))

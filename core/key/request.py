@@ -57,6 +57,11 @@ class CacheRequest:
     category: str | None = None
     tags: tuple[str, ...] = field(default=())
     query_meta: str = ""  # the question message's other fields (its author's name …)
+    # (cache version, volatile, exact key) of the last ``exact_key``: a request is immutable,
+    # and an adapter that memoizes its requests looks the same one up again and again
+    _key: tuple[str, bool, str] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if not (
@@ -201,7 +206,17 @@ def normalize_query(query: str) -> str:
 def exact_key(request: CacheRequest, *, cache_version: str = "1", volatile: bool = False) -> str:
     """The exact-tier key: a readable prefix and a blake2b digest, never the prompt text.  It
     covers the whole request: namespace, tenant, the model and its settings, the whole context
-    (``context_fingerprint``) and the normalized question."""
+    (``context_fingerprint``) and the normalized question.  Kept on the request, for the
+    next time it is looked up."""
+    kept = request._key
+    if kept is not None and kept[0] == cache_version and kept[1] == volatile:
+        return kept[2]
+    key = _digested_key(request, cache_version, volatile)
+    object.__setattr__(request, "_key", (cache_version, volatile, key))
+    return key
+
+
+def _digested_key(request: CacheRequest, cache_version: str, volatile: bool) -> str:
     parts = (
         cache_version,
         request.namespace,
