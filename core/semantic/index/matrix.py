@@ -127,12 +127,9 @@ class _Interned:
             self._free.append(sid)
 
 
-class MatrixIndex:
-    """The exhaustive, exact index of one replica, persisted under ``path`` (see the module).
-
-    Ids are UUIDs (as the tier makes them); filters match ``scope``, ``namespace`` and
-    ``form`` exactly.  Only the process that opened it writes it: a forked child that inherits
-    it can search it but its writes raise and its flushes do nothing."""
+class _Matrix:
+    """The matrix itself: its rows (taken, grown, placed, killed), its files (opened and
+    replayed, flushed, closed) and its sketch (fitted in the background)."""
 
     name = "matrix"
 
@@ -189,224 +186,8 @@ class MatrixIndex:
             raise
         hold_across_fork(self, "_write_lock")  # a child is never copied mid-write
 
-    # the VectorIndex interface -------------------------------------------------------------
-    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
-        self.upsert_many([(point_id, vector, payload)])
-
-    def upsert_many(self, points: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]]) -> None:
-        """Write the points (a point whose id is already here replaces it).  Raises
-        ``ValueError`` for a bad id, vector or payload (none of the batch is written)."""
-        if not points:
-            return
-        keys = [_key(point_id) for point_id, _, _ in points]
-        raw = np.asarray(
-            np.stack([np.asarray(v, dtype=np.float32).reshape(-1) for _, v, _ in points]),
-            dtype=np.float32,
-        )
-        if raw.shape[1] != self.dim:
-            raise ValueError(f"vectors of {raw.shape[1]} numbers, not {self.dim}")
-        stored = raw.astype("<f2")  # what the file keeps (the store's own precision)
-        exact = stored.astype(np.float32)
-        norms = np.linalg.norm(exact, axis=1)
-        if not (np.isfinite(norms).all() and (norms > 0).all()):
-            raise ValueError("a vector that is zero or not finite")
-        batch = _Batch.of(keys, [payload for _, _, payload in points])
-        codes, scale = _quantize(exact / norms[:, None])
-        self._writable()
-        with self._write_lock:
-            self._writable()
-            rows, kept = [], []
-            last = {key: i for i, key in enumerate(keys)}  # an id twice: its last point stays
-            for i, key in enumerate(keys):
-                if last[key] != i:
-                    continue
-                old = self._rows.get(key)
-                if old is not None:
-                    if self._holds(old, batch, i, stored[i]):
-                        continue  # this very point (a write of ours, back from the store)
-                    self._kill(old)
-                row = self._take_row()
-                self._rows[key] = row
-                rows.append(row)
-                kept.append(i)
-            if not rows:
-                return
-            if len(kept) < len(keys):
-                batch, stored, codes, scale = (
-                    batch.taking(kept),
-                    stored[kept],
-                    codes[kept],
-                    scale[kept],
-                )
-            try:
-                for row, vector in zip(rows, stored, strict=True):
-                    _write_all(self._vfd, vector.tobytes(), row * self._row_bytes)
-            except OSError as exc:
-                for key, row in zip(batch.keys, rows, strict=True):  # of no point: reused later
-                    self._rows.pop(key, None)
-                    self._freed.append(row)
-                    self._dirty.add(row)
-                raise _disk_error(exc, self.path) from exc
-            self._place(rows, batch, codes, scale)
-            due = self._fit_due()
-        if due:
-            self._start_fit()
-
-    def search(
-        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
-    ) -> list[Candidate]:
-        """The ``limit`` points matching ``must`` whose cosine with ``vector`` is at least
-        ``threshold``, best first, each scored exactly on its float16 vector."""
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        norm = float(np.linalg.norm(query))
-        if limit <= 0 or query.shape[0] != self.dim or not (math.isfinite(norm) and norm > 0):
-            return []
-        unit = query / norm
-        arrays = self._arrays
-        picked = self._pick(arrays, must)
-        if picked is None:
-            return []
-        rows, predicate = picked
-        floor = threshold - _SLACK
-        if arrays.proj is not None and arrays.sketch is not None:
-            along = np.einsum("i,ij->j", unit, arrays.proj)  # (no BLAS: no thread wakes)
-            rest = math.sqrt(max(0.0, 1.0 - float(along @ along)))
-            bound_of = np.concatenate([along, np.array([rest, 1.0], np.float32)])
-            if rows is None:  # most rows qualify: one pass over all, then the filter
-                bounds = np.einsum("ij,j->i", arrays.sketch[: arrays.n], bound_of)
-                rows = np.flatnonzero(bounds >= floor)
-                rows = rows[predicate(rows)]
-            else:
-                bounds = np.einsum("ij,j->i", arrays.sketch[rows], bound_of)
-                rows = rows[bounds >= floor]
-        elif rows is None:
-            rows = np.flatnonzero(predicate(np.arange(arrays.n)))
-        if not len(rows):
-            return []
-        scale = arrays.scale[rows]
-        estimate = np.empty(len(rows), np.float32)
-        for start in range(0, len(rows), _SCORE_ROWS):  # (a bounded copy: the sketch may
-            part = rows[start : start + _SCORE_ROWS]  # prune little on unusual vectors)
-            codes = arrays.codes[part].astype(np.float32)
-            estimate[start : start + len(part)] = np.einsum("ij,j->i", codes, unit)
-        estimate *= scale[:, 0]
-        reach = estimate + scale[:, 1]
-        keep = np.flatnonzero(reach >= floor)
-        order = keep[np.argsort(-reach[keep], kind="stable")]
-        found: list[tuple[float, int, int]] = []  # (score, row, generation)
-        for i in order.tolist():
-            if len(found) >= limit and reach[i] + _SLACK < found[-1][0]:
-                break  # no row left can beat the ones found
-            row = int(rows[i])
-            generation = int(arrays.gen[row])
-            score = self._exact(row, query, norm)
-            if score is None or score < threshold:
-                continue
-            found.append((score, row, generation))
-            found.sort(key=lambda item: -item[0])
-            del found[limit:]
-        return self._candidates(arrays, found, scored=True)
-
-    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
-        """Points whose payload matches ``must``, without a vector (score 1.0)."""
-        arrays = self._arrays
-        picked = self._pick(arrays, must)
-        if picked is None or limit <= 0:
-            return []
-        rows, predicate = picked
-        if rows is None:
-            rows = np.arange(arrays.n)
-        rows = rows[predicate(rows)][:limit]
-        found = [(1.0, int(row), int(arrays.gen[row])) for row in rows.tolist()]
-        return self._candidates(arrays, found, scored=False)
-
-    def delete(self, point_ids: Sequence[str]) -> None:
-        keys = []
-        for point_id in point_ids:
-            with contextlib.suppress(ValueError):  # not an id of ours: nothing to delete
-                keys.append(_key(point_id))
-        if not keys:
-            return
-        self._writable()
-        with self._write_lock:
-            self._writable()
-            for key in keys:
-                row = self._rows.get(key)
-                if row is not None:
-                    self._kill(row)
-
-    discard = delete  # in-process: nothing to wait on
-
-    def delete_where(self, must: Mapping[str, str]) -> None:
-        arrays = self._arrays
-        picked = self._pick(arrays, must)
-        if picked is None:
-            return
-        rows, predicate = picked
-        if rows is None:
-            rows = np.arange(arrays.n)
-        self._delete_rows(rows[predicate(rows)])
-
-    def delete_expired(self, now: float) -> None:
-        arrays = self._arrays
-        n = arrays.n
-        self._delete_rows(np.flatnonzero((arrays.expires[:n] < now) & (arrays.sid[:n] != _DEAD)))
-
     def count(self) -> int:
         return len(self._rows)
-
-    def flush(self) -> None:
-        """Put what changed since the last flush on disk (the vectors are written as they
-        come; the payloads and deletions here), then the metadata that says so."""
-        if self._closed or os.getpid() != self._pid:
-            return
-        with self._flushing:
-            self._flush()
-
-    def _flush(self) -> None:
-        with self._write_lock:
-            dirty, self._dirty = self._dirty, set()
-            freed, self._freed = self._freed, []
-            rewrite = self._journal_records > 2 * len(self._rows) + _CHUNK
-        if rewrite:  # a new journal: everything here, then what changed meanwhile
-            rows: Iterable[int] = range(self._arrays.n)
-            name = f"journal-{int(self._journal_name.split('-')[1]) + 1}"
-        else:
-            rows, name = sorted(dirty), self._journal_name
-        try:
-            records, data = self._pack(rows, live_only=rewrite)
-            with self._write_lock:  # written during the packing: packed again, after
-                late, self._dirty = self._dirty, set()
-            more, tail = self._pack(sorted(late), live_only=False)
-            fd = os.open(private_file(self.path / name), os.O_WRONLY | os.O_APPEND)
-            try:
-                if rewrite:
-                    os.ftruncate(fd, 0)
-                else:
-                    os.ftruncate(fd, self._journal_size)
-                for chunk in (*data, *tail):
-                    _write_all(fd, chunk)
-                os.fsync(fd)
-                size = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-            os.fsync(self._vfd)
-        except OSError as exc:
-            with self._write_lock:  # written again at the next flush
-                self._dirty |= dirty
-                self._freed = freed + self._freed
-            raise _disk_error(exc, self.path) from exc
-        old = self._journal_name
-        self._journal_records = (0 if rewrite else self._journal_records) + records + more
-        self._journal_name, self._journal_size = name, size
-        self._write_meta()
-        if rewrite and old != name:
-            (self.path / old).unlink(missing_ok=True)
-        with self._write_lock:  # their deletions are on disk: the rows may be reused
-            self._free.extend(freed)
-        if records + more > _CHUNK:
-            del data, tail
-            _give_back_memory()
 
     def close(self) -> None:
         if self._closed:
@@ -422,83 +203,15 @@ class MatrixIndex:
             os.dup2(null, self._vfd)
             os.close(null)
 
-    # search helpers ------------------------------------------------------------------------
-    def _pick(
-        self, arrays: _Arrays, must: Mapping[str, str]
-    ) -> tuple[np.ndarray | None, Any] | None:
-        """The rows that ``must`` can match (``None``: too many to gather, pass over all) and a
-        predicate that tells, of given rows, which match; ``None`` when none can."""
-        unknown = set(must) - set(_FILTERS)
-        if unknown:
-            raise ValueError(f"the matrix index filters on {_FILTERS}, not {sorted(unknown)}")
-        n = arrays.n
-        sid = arrays.sid
-        scope = self._scopes.ids.get(must["scope"]) if "scope" in must else None
-        if "scope" in must and scope is None:
-            return None
-        space = self._spaces.ids.get(must["namespace"]) if "namespace" in must else None
-        if "namespace" in must and space is None:
-            return None
-        form = _form_key(must["form"]) if "form" in must else None
-
-        def predicate(rows: np.ndarray) -> np.ndarray:
-            keep = sid[rows] != _DEAD if scope is None else sid[rows] == scope
-            if space is not None:
-                keep &= arrays.nsid[rows] == space
-            if form is not None:
-                pair = arrays.form[rows]
-                keep &= (pair[:, 0] == form[0]) & (pair[:, 1] == form[1])
-            return keep
-
-        if scope is None:
-            return None, predicate
-        uses = self._scopes.uses[scope] if scope < len(self._scopes.uses) else 0
-        if 4 * uses > n:  # a big scope: a pass over all rows beats a gather
-            return None, predicate
-        rows = np.flatnonzero(sid[:n] == scope)
-        return rows[predicate(rows)], predicate
-
-    def _exact(self, row: int, query: np.ndarray, norm: float) -> float | None:
-        try:
-            data = os.pread(self._vfd, self._row_bytes, row * self._row_bytes)
-        except OSError:
-            return None
-        if len(data) != self._row_bytes:
-            return None
-        vector = np.frombuffer(data, dtype="<f2").astype(np.float64)
-        length = float(np.linalg.norm(vector))
-        if not length > 0:
-            return None
-        return float(vector @ query.astype(np.float64)) / (length * norm)
-
-    def _candidates(
-        self, arrays: _Arrays, found: list[tuple[float, int, int]], *, scored: bool
-    ) -> list[Candidate]:
-        out, seen = [], set()
-        for score, row, generation in found:
-            key, packed = self._keys[row], self._payloads[row]
-            # the row was deleted or written again meanwhile: not what was scored
-            if key is None or packed is None or int(self._arrays.gen[row]) != generation:
-                continue
-            if key in seen:
-                continue
-            seen.add(key)
-            values = msgpack.unpackb(packed, raw=False)  # (rows written before "answer": 2)
-            payload = {
-                name: value
-                for name, value in zip(SEARCH_FIELDS, values, strict=False)
-                if value is not None
-            }
-            out.append(Candidate(str(uuid.UUID(int=key)), score if scored else 1.0, payload))
-        return out
-
-    # writing -------------------------------------------------------------------------------
     def _writable(self) -> None:
         if os.getpid() != self._pid:
             raise RuntimeError("this vector index was opened by another process (a fork)")
         if self._closed:
             raise RuntimeError("the vector index is closed")
         self._check_room()
+
+    def _check_room(self) -> None:
+        self._room.check()
 
     def _take_row(self) -> int:
         if self._free:
@@ -607,66 +320,58 @@ class MatrixIndex:
                 for row in rows[start : start + _CHUNK].tolist():
                     self._kill(row)
 
-    # the sketch's directions ---------------------------------------------------------------
-    def _fit_due(self) -> bool:
-        return self.k > 0 and len(self._rows) >= max(self.fit_at, 4 * self._fitted)
-
-    def _start_fit(self) -> None:
-        if self._maintaining.locked():
+    def flush(self) -> None:
+        """Put what changed since the last flush on disk (the vectors are written as they
+        come; the payloads and deletions here), then the metadata that says so."""
+        if self._closed or os.getpid() != self._pid:
             return
-        threading.Thread(target=self._fit_quietly, name="tricache-matrix-fit", daemon=True).start()
+        with self._flushing:
+            self._flush()
 
-    def _fit_quietly(self) -> None:
+    def _flush(self) -> None:
+        with self._write_lock:
+            dirty, self._dirty = self._dirty, set()
+            freed, self._freed = self._freed, []
+            rewrite = self._journal_records > 2 * len(self._rows) + _CHUNK
+        if rewrite:  # a new journal: everything here, then what changed meanwhile
+            rows: Iterable[int] = range(self._arrays.n)
+            name = f"journal-{int(self._journal_name.split('-')[1]) + 1}"
+        else:
+            rows, name = sorted(dirty), self._journal_name
         try:
-            self.fit(wait=False)
-        except Exception as exc:  # searches go on without (or with the older) sketch
-            log.warning("tricache: vector index sketch not fitted: %s", exc)
-
-    def fit(self, *, wait: bool = True) -> None:
-        """Fit the sketch's directions to the rows held now and sketch every row again: in
-        chunks, off the write lock, then the rows written meanwhile under it.  ``wait=False``:
-        nothing when a fit is under way."""
-        if self.k == 0 or not self._maintaining.acquire(blocking=wait):
-            return
-        try:
-            if self._closed:
-                return
-            with self._write_lock:
-                arrays = self._arrays
-                n = arrays.n
-                generations = arrays.gen[:n].copy()
-                live = np.flatnonzero(arrays.sid[:n] != _DEAD)
-                fitted = len(live)
-            if fitted < 2 * self.k:
-                return
-            rng = np.random.default_rng(fitted)
-            sample = np.sort(rng.choice(live, min(len(live), _FIT_SAMPLE), replace=False))
-            proj = _directions(arrays.codes[sample], arrays.scale[sample], self.k)
-            sketch = np.empty((arrays.cap, self.k + 2), np.float32)
-            for start in range(0, n, _CHUNK):
-                end = min(n, start + _CHUNK)
-                sketch[start:end] = _sketch(arrays.codes[start:end], arrays.scale[start:end], proj)
-                time.sleep(0)  # let the app's threads in between chunks
-            with self._write_lock:
-                current = self._arrays
-                if current.cap != len(sketch):  # grown meanwhile
-                    grown = np.empty((current.cap, self.k + 2), np.float32)
-                    grown[:n] = sketch[:n]
-                    sketch = grown
-                changed = np.flatnonzero(current.gen[:n] != generations)
-                redo = np.concatenate([changed, np.arange(n, current.n)])
-                if len(redo):
-                    sketch[redo] = _sketch(current.codes[redo], current.scale[redo], proj)
-                self._arrays = replace(current, proj=proj, sketch=sketch)
-                self._fitted = fitted
-            del arrays, current, sketch
+            records, data = self._pack(rows, live_only=rewrite)
+            with self._write_lock:  # written during the packing: packed again, after
+                late, self._dirty = self._dirty, set()
+            more, tail = self._pack(sorted(late), live_only=False)
+            fd = os.open(private_file(self.path / name), os.O_WRONLY | os.O_APPEND)
+            try:
+                if rewrite:
+                    os.ftruncate(fd, 0)
+                else:
+                    os.ftruncate(fd, self._journal_size)
+                for chunk in (*data, *tail):
+                    _write_all(fd, chunk)
+                os.fsync(fd)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            os.fsync(self._vfd)
+        except OSError as exc:
+            with self._write_lock:  # written again at the next flush
+                self._dirty |= dirty
+                self._freed = freed + self._freed
+            raise _disk_error(exc, self.path) from exc
+        old = self._journal_name
+        self._journal_records = (0 if rewrite else self._journal_records) + records + more
+        self._journal_name, self._journal_size = name, size
+        self._write_meta()
+        if rewrite and old != name:
+            (self.path / old).unlink(missing_ok=True)
+        with self._write_lock:  # their deletions are on disk: the rows may be reused
+            self._free.extend(freed)
+        if records + more > _CHUNK:
+            del data, tail
             _give_back_memory()
-        finally:
-            self._maintaining.release()
-
-    # disk ----------------------------------------------------------------------------------
-    def _check_room(self) -> None:
-        self._room.check()
 
     def _pack(self, rows: Iterable[int], *, live_only: bool) -> tuple[int, list[bytes]]:
         """Journal records of ``rows``, in chunks: a ``put`` of the live rows' fields (with a
@@ -826,6 +531,307 @@ class MatrixIndex:
         self._dirty.clear()
         self._freed.clear()
         return records
+
+    def _fit_due(self) -> bool:
+        return self.k > 0 and len(self._rows) >= max(self.fit_at, 4 * self._fitted)
+
+    def _start_fit(self) -> None:
+        if self._maintaining.locked():
+            return
+        threading.Thread(target=self._fit_quietly, name="tricache-matrix-fit", daemon=True).start()
+
+    def _fit_quietly(self) -> None:
+        try:
+            self.fit(wait=False)
+        except Exception as exc:  # searches go on without (or with the older) sketch
+            log.warning("tricache: vector index sketch not fitted: %s", exc)
+
+    def fit(self, *, wait: bool = True) -> None:
+        """Fit the sketch's directions to the rows held now and sketch every row again: in
+        chunks, off the write lock, then the rows written meanwhile under it.  ``wait=False``:
+        nothing when a fit is under way."""
+        if self.k == 0 or not self._maintaining.acquire(blocking=wait):
+            return
+        try:
+            if self._closed:
+                return
+            with self._write_lock:
+                arrays = self._arrays
+                n = arrays.n
+                generations = arrays.gen[:n].copy()
+                live = np.flatnonzero(arrays.sid[:n] != _DEAD)
+                fitted = len(live)
+            if fitted < 2 * self.k:
+                return
+            rng = np.random.default_rng(fitted)
+            sample = np.sort(rng.choice(live, min(len(live), _FIT_SAMPLE), replace=False))
+            proj = _directions(arrays.codes[sample], arrays.scale[sample], self.k)
+            sketch = np.empty((arrays.cap, self.k + 2), np.float32)
+            for start in range(0, n, _CHUNK):
+                end = min(n, start + _CHUNK)
+                sketch[start:end] = _sketch(arrays.codes[start:end], arrays.scale[start:end], proj)
+                time.sleep(0)  # let the app's threads in between chunks
+            with self._write_lock:
+                current = self._arrays
+                if current.cap != len(sketch):  # grown meanwhile
+                    grown = np.empty((current.cap, self.k + 2), np.float32)
+                    grown[:n] = sketch[:n]
+                    sketch = grown
+                changed = np.flatnonzero(current.gen[:n] != generations)
+                redo = np.concatenate([changed, np.arange(n, current.n)])
+                if len(redo):
+                    sketch[redo] = _sketch(current.codes[redo], current.scale[redo], proj)
+                self._arrays = replace(current, proj=proj, sketch=sketch)
+                self._fitted = fitted
+            del arrays, current, sketch
+            _give_back_memory()
+        finally:
+            self._maintaining.release()
+
+
+class _MatrixPoints(_Matrix):
+    """What the index offers (``VectorIndex``): points upserted and deleted, searched: every
+    row bounded with the sketch, the survivors scored on their int8 codes, the few left on
+    their float16 vectors."""
+
+    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
+        self.upsert_many([(point_id, vector, payload)])
+
+    def upsert_many(self, points: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]]) -> None:
+        """Write the points (a point whose id is already here replaces it).  Raises
+        ``ValueError`` for a bad id, vector or payload (none of the batch is written)."""
+        if not points:
+            return
+        keys = [_key(point_id) for point_id, _, _ in points]
+        raw = np.asarray(
+            np.stack([np.asarray(v, dtype=np.float32).reshape(-1) for _, v, _ in points]),
+            dtype=np.float32,
+        )
+        if raw.shape[1] != self.dim:
+            raise ValueError(f"vectors of {raw.shape[1]} numbers, not {self.dim}")
+        stored = raw.astype("<f2")  # what the file keeps (the store's own precision)
+        exact = stored.astype(np.float32)
+        norms = np.linalg.norm(exact, axis=1)
+        if not (np.isfinite(norms).all() and (norms > 0).all()):
+            raise ValueError("a vector that is zero or not finite")
+        batch = _Batch.of(keys, [payload for _, _, payload in points])
+        codes, scale = _quantize(exact / norms[:, None])
+        self._writable()
+        with self._write_lock:
+            self._writable()
+            rows, kept = [], []
+            last = {key: i for i, key in enumerate(keys)}  # an id twice: its last point stays
+            for i, key in enumerate(keys):
+                if last[key] != i:
+                    continue
+                old = self._rows.get(key)
+                if old is not None:
+                    if self._holds(old, batch, i, stored[i]):
+                        continue  # this very point (a write of ours, back from the store)
+                    self._kill(old)
+                row = self._take_row()
+                self._rows[key] = row
+                rows.append(row)
+                kept.append(i)
+            if not rows:
+                return
+            if len(kept) < len(keys):
+                batch, stored, codes, scale = (
+                    batch.taking(kept),
+                    stored[kept],
+                    codes[kept],
+                    scale[kept],
+                )
+            try:
+                for row, vector in zip(rows, stored, strict=True):
+                    _write_all(self._vfd, vector.tobytes(), row * self._row_bytes)
+            except OSError as exc:
+                for key, row in zip(batch.keys, rows, strict=True):  # of no point: reused later
+                    self._rows.pop(key, None)
+                    self._freed.append(row)
+                    self._dirty.add(row)
+                raise _disk_error(exc, self.path) from exc
+            self._place(rows, batch, codes, scale)
+            due = self._fit_due()
+        if due:
+            self._start_fit()
+
+    def delete(self, point_ids: Sequence[str]) -> None:
+        keys = []
+        for point_id in point_ids:
+            with contextlib.suppress(ValueError):  # not an id of ours: nothing to delete
+                keys.append(_key(point_id))
+        if not keys:
+            return
+        self._writable()
+        with self._write_lock:
+            self._writable()
+            for key in keys:
+                row = self._rows.get(key)
+                if row is not None:
+                    self._kill(row)
+
+    def delete_where(self, must: Mapping[str, str]) -> None:
+        arrays = self._arrays
+        picked = self._pick(arrays, must)
+        if picked is None:
+            return
+        rows, predicate = picked
+        if rows is None:
+            rows = np.arange(arrays.n)
+        self._delete_rows(rows[predicate(rows)])
+
+    def delete_expired(self, now: float) -> None:
+        arrays = self._arrays
+        n = arrays.n
+        self._delete_rows(np.flatnonzero((arrays.expires[:n] < now) & (arrays.sid[:n] != _DEAD)))
+
+    def search(
+        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
+    ) -> list[Candidate]:
+        """The ``limit`` points matching ``must`` whose cosine with ``vector`` is at least
+        ``threshold``, best first, each scored exactly on its float16 vector."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(query))
+        if limit <= 0 or query.shape[0] != self.dim or not (math.isfinite(norm) and norm > 0):
+            return []
+        unit = query / norm
+        arrays = self._arrays
+        picked = self._pick(arrays, must)
+        if picked is None:
+            return []
+        rows, predicate = picked
+        floor = threshold - _SLACK
+        if arrays.proj is not None and arrays.sketch is not None:
+            along = np.einsum("i,ij->j", unit, arrays.proj)  # (no BLAS: no thread wakes)
+            rest = math.sqrt(max(0.0, 1.0 - float(along @ along)))
+            bound_of = np.concatenate([along, np.array([rest, 1.0], np.float32)])
+            if rows is None:  # most rows qualify: one pass over all, then the filter
+                bounds = np.einsum("ij,j->i", arrays.sketch[: arrays.n], bound_of)
+                rows = np.flatnonzero(bounds >= floor)
+                rows = rows[predicate(rows)]
+            else:
+                bounds = np.einsum("ij,j->i", arrays.sketch[rows], bound_of)
+                rows = rows[bounds >= floor]
+        elif rows is None:
+            rows = np.flatnonzero(predicate(np.arange(arrays.n)))
+        if not len(rows):
+            return []
+        scale = arrays.scale[rows]
+        estimate = np.empty(len(rows), np.float32)
+        for start in range(0, len(rows), _SCORE_ROWS):  # (a bounded copy: the sketch may
+            part = rows[start : start + _SCORE_ROWS]  # prune little on unusual vectors)
+            codes = arrays.codes[part].astype(np.float32)
+            estimate[start : start + len(part)] = np.einsum("ij,j->i", codes, unit)
+        estimate *= scale[:, 0]
+        reach = estimate + scale[:, 1]
+        keep = np.flatnonzero(reach >= floor)
+        order = keep[np.argsort(-reach[keep], kind="stable")]
+        found: list[tuple[float, int, int]] = []  # (score, row, generation)
+        for i in order.tolist():
+            if len(found) >= limit and reach[i] + _SLACK < found[-1][0]:
+                break  # no row left can beat the ones found
+            row = int(rows[i])
+            generation = int(arrays.gen[row])
+            score = self._exact(row, query, norm)
+            if score is None or score < threshold:
+                continue
+            found.append((score, row, generation))
+            found.sort(key=lambda item: -item[0])
+            del found[limit:]
+        return self._candidates(arrays, found, scored=True)
+
+    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
+        """Points whose payload matches ``must``, without a vector (score 1.0)."""
+        arrays = self._arrays
+        picked = self._pick(arrays, must)
+        if picked is None or limit <= 0:
+            return []
+        rows, predicate = picked
+        if rows is None:
+            rows = np.arange(arrays.n)
+        rows = rows[predicate(rows)][:limit]
+        found = [(1.0, int(row), int(arrays.gen[row])) for row in rows.tolist()]
+        return self._candidates(arrays, found, scored=False)
+
+    def _pick(
+        self, arrays: _Arrays, must: Mapping[str, str]
+    ) -> tuple[np.ndarray | None, Any] | None:
+        """The rows that ``must`` can match (``None``: too many to gather, pass over all) and a
+        predicate that tells, of given rows, which match; ``None`` when none can."""
+        unknown = set(must) - set(_FILTERS)
+        if unknown:
+            raise ValueError(f"the matrix index filters on {_FILTERS}, not {sorted(unknown)}")
+        n = arrays.n
+        sid = arrays.sid
+        scope = self._scopes.ids.get(must["scope"]) if "scope" in must else None
+        if "scope" in must and scope is None:
+            return None
+        space = self._spaces.ids.get(must["namespace"]) if "namespace" in must else None
+        if "namespace" in must and space is None:
+            return None
+        form = _form_key(must["form"]) if "form" in must else None
+
+        def predicate(rows: np.ndarray) -> np.ndarray:
+            keep = sid[rows] != _DEAD if scope is None else sid[rows] == scope
+            if space is not None:
+                keep &= arrays.nsid[rows] == space
+            if form is not None:
+                pair = arrays.form[rows]
+                keep &= (pair[:, 0] == form[0]) & (pair[:, 1] == form[1])
+            return keep
+
+        if scope is None:
+            return None, predicate
+        uses = self._scopes.uses[scope] if scope < len(self._scopes.uses) else 0
+        if 4 * uses > n:  # a big scope: a pass over all rows beats a gather
+            return None, predicate
+        rows = np.flatnonzero(sid[:n] == scope)
+        return rows[predicate(rows)], predicate
+
+    def _exact(self, row: int, query: np.ndarray, norm: float) -> float | None:
+        try:
+            data = os.pread(self._vfd, self._row_bytes, row * self._row_bytes)
+        except OSError:
+            return None
+        if len(data) != self._row_bytes:
+            return None
+        vector = np.frombuffer(data, dtype="<f2").astype(np.float64)
+        length = float(np.linalg.norm(vector))
+        if not length > 0:
+            return None
+        return float(vector @ query.astype(np.float64)) / (length * norm)
+
+    def _candidates(
+        self, arrays: _Arrays, found: list[tuple[float, int, int]], *, scored: bool
+    ) -> list[Candidate]:
+        out, seen = [], set()
+        for score, row, generation in found:
+            key, packed = self._keys[row], self._payloads[row]
+            # the row was deleted or written again meanwhile: not what was scored
+            if key is None or packed is None or int(self._arrays.gen[row]) != generation:
+                continue
+            if key in seen:
+                continue
+            seen.add(key)
+            values = msgpack.unpackb(packed, raw=False)  # (rows written before "answer": 2)
+            payload = {
+                name: value
+                for name, value in zip(SEARCH_FIELDS, values, strict=False)
+                if value is not None
+            }
+            out.append(Candidate(str(uuid.UUID(int=key)), score if scored else 1.0, payload))
+        return out
+
+
+class MatrixIndex(_MatrixPoints):
+    """The exhaustive, exact index of one replica, persisted under ``path`` (see the module).
+
+    Ids are UUIDs (as the tier makes them); filters match ``scope``, ``namespace`` and
+    ``form`` exactly.  Only the process that opened it writes it: a forked child that inherits
+    it can search it but its writes raise and its flushes do nothing."""
+
+    discard = _MatrixPoints.delete  # in-process: nothing to wait on
 
 
 # helpers ---------------------------------------------------------------------------------------
