@@ -108,16 +108,9 @@ return 0
 """
 
 
-class RedisSearchIndex:
-    """A ``VectorIndex`` in the Redis query engine: one index of ``namespace``'s points.
-
-    ``url`` (``redis://``, ``rediss://``; ``cluster=True`` for Redis Cluster) or ``client`` (a
-    ``redis.Redis`` or ``RedisCluster``, used as it is: its own timeouts apply).  ``space``
-    names the vector space (the embedder): indexes of different embedders never mix.
-    ``timeout`` bounds each call of the request path (searches, writes); the index and bulk
-    deletions get ``bulk_timeout``.  Store errors are raised (the tier's callers count them);
-    a missing index is a miss, not an error.
-    """
+class _SearchIndexLife:
+    """The index in the server: made (and made again when dropped), points reindexed in the
+    background, deletions sent by a worker, fork safety."""
 
     name = "redis-search"
 
@@ -188,80 +181,6 @@ class RedisSearchIndex:
         on_fork(self._after_fork)
         self.ensure()
 
-    # the VectorIndex interface -------------------------------------------------------------
-    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
-        self.upsert_many([(point_id, vector, payload)])
-
-    def upsert_many(self, points: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]]) -> None:
-        """Write points (a round trip per ``_WRITES``); the index is made first if it is gone.
-        One point is written within ``timeout``, more (a bulk load) within ``bulk_timeout``."""
-        encoded = [(self.prefix + i, *self._fields(v, p)) for i, v, p in points]
-        client = self._fast if len(encoded) == 1 else self._bulk
-        self.ensure(client=client)  # (one answer's write: within ``timeout``)
-        with self._lock:
-            for point_id, _, _ in points:  # written again: it stays
-                self._hidden.pop(point_id, None)
-        for start in range(0, len(encoded), _WRITES):
-            # HSET and PEXPIRE in one MULTI: a point never lives without its TTL (one slot:
-            # allowed on a cluster too)
-            pipe = client.pipeline(transaction=True)
-            for key, ttl, fields in encoded[start : start + _WRITES]:
-                pipe.execute_command("HSET", key, *fields)
-                pipe.pexpire(key, ttl)
-            pipe.execute()
-
-    def search(
-        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
-    ) -> list[Candidate]:
-        k = limit + min(len(self._hidden), _MAX_EXTRA)
-        ef = f" EF_RUNTIME {max(self._hnsw[2], k)}" if self._algorithm == "hnsw" else ""
-        query = f"({self._filter(must)})=>[KNN {k} @v $vec{ef} AS d]"
-        blob = self._blob(vector)
-        reply = self._query(query, "PARAMS", 2, "vec", blob, "RETURN", 4, "q", "r", "a", "d", k)
-        found = []
-        for point_id, fields in reply:
-            distance = _float(fields.get("d"))
-            candidate = self._candidate(point_id, fields, 1.0 - distance)
-            if candidate is not None and candidate.score >= threshold:
-                found.append(candidate)
-        found.sort(key=lambda c: -c.score)
-        return found[:limit]
-
-    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
-        k = limit + min(len(self._hidden), _MAX_EXTRA)
-        reply = self._query(self._filter(must), "RETURN", 3, "q", "r", "a", k)
-        found = (self._candidate(point_id, fields, 1.0) for point_id, fields in reply)
-        return [c for c in found if c is not None][:limit]
-
-    def delete(self, point_ids: Sequence[str]) -> None:
-        self._unlink(self._fast, [self.prefix + i for i in point_ids])
-
-    def discard(self, point_ids: Sequence[str]) -> None:
-        """Out of this process's results at once; deleted from the server by a background
-        thread (a server that is slow or away never holds up the request path).  Past
-        ``_MAX_DOOMED`` waiting, the rest stay (a found point whose entry is gone is a miss)."""
-        with self._lock:
-            fresh = [i for i in dict.fromkeys(point_ids) if i not in self._hidden]
-            fresh = fresh[: max(0, _MAX_DOOMED - len(self._hidden))]
-            self._hidden.update(dict.fromkeys(fresh, math.inf))
-            self._doomed.extend(fresh)
-        if fresh:
-            self._start_worker()
-            self._wake.set()
-
-    def delete_where(self, must: Mapping[str, str]) -> None:
-        """``{"namespace": ...}`` (this index's): every point goes and the index is made anew;
-        otherwise the points matching ``must`` are found and deleted, a batch at a time."""
-        if dict(must) == {"namespace": self.namespace}:
-            self._drop()
-            return
-        self._delete_matching(self._filter(must))
-
-    def delete_expired(self, now: float) -> None:
-        """The server expires the hashes by itself; this deletes what outlived ``now``'s
-        ``expires_at`` all the same (a hash written with a clock ahead of this one)."""
-        self._delete_matching(f"@e:[-inf ({now!r}]")
-
     def count(self) -> int:
         try:
             reply = self._ft(self._bulk, "FT.SEARCH", self.index, "*", "LIMIT", 0, 0, "DIALECT", 2)
@@ -270,6 +189,10 @@ class RedisSearchIndex:
                 return 0
             raise
         return int(reply["total_results"] if isinstance(reply, dict) else reply[0])
+
+    def info(self) -> dict[str, Any]:
+        """``FT.INFO`` of the index, as a flat dict of text keys."""
+        return _pairs(self._ft(self._bulk, "FT.INFO", self.index))
 
     def close(self) -> None:
         """Send the deletions still waiting (one try), stop the thread, close the clients."""
@@ -285,7 +208,6 @@ class RedisSearchIndex:
                 with contextlib.suppress(Exception):
                     client.close()
 
-    # the index -----------------------------------------------------------------------------
     def ensure(self, *, force: bool = False, client: Any = None) -> None:
         """Make the index when it is missing (checked at most every ``recheck_s``, or at
         once after a search found it gone); learn how it was made when another process did.
@@ -304,10 +226,6 @@ class RedisSearchIndex:
                 self._start_reindex()
         self._learned = True
         self._checked_until = now + self._recheck_s
-
-    def info(self) -> dict[str, Any]:
-        """``FT.INFO`` of the index, as a flat dict of text keys."""
-        return _pairs(self._ft(self._bulk, "FT.INFO", self.index))
 
     def _create(self) -> None:
         m, ef_construction, ef_runtime = self._hnsw
@@ -387,105 +305,6 @@ class RedisSearchIndex:
         self._create()
         self._checked_until = time.monotonic() + self._recheck_s
 
-    def _delete_matching(self, query: str) -> None:
-        for _ in range(10_000):  # a bound: each round deletes what it found
-            try:
-                reply = self._ft(
-                    self._bulk, "FT.SEARCH", self.index, query, "NOCONTENT",
-                    "LIMIT", 0, _BATCH, "DIALECT", 2,
-                )  # fmt: skip
-            except redis.ResponseError as exc:
-                if _missing(exc):
-                    return
-                raise
-            keys = [key for key, _ in _documents(reply)]
-            if not keys:
-                return
-            self._unlink(self._bulk, keys)
-
-    # queries -------------------------------------------------------------------------------
-    def _query(self, query: str, *args: Any) -> list[tuple[str, dict[str, Any]]]:
-        """``FT.SEARCH`` on the request path: the last of ``args`` is the result limit."""
-        *rest, limit = args
-        try:
-            reply = self._ft(
-                self._fast, "FT.SEARCH", self.index, query, *rest, "LIMIT", 0, limit,
-                "TIMEOUT", max(1, int(self.timeout * 1000)), "DIALECT", 2,
-            )  # fmt: skip
-        except redis.ResponseError as exc:
-            if _missing(exc):  # the server restarted empty, or someone dropped it: a miss
-                self._checked_until = float("-inf")  # the next write makes it again
-                return []
-            raise
-        prefix = len(self.prefix)
-        return [(key[prefix:], fields) for key, fields in _documents(reply)]
-
-    def _candidate(self, point_id: str, fields: dict[str, Any], score: float) -> Candidate | None:
-        """A result as a candidate; ``None`` for one discarded here, or whose fields are gone
-        (its hash expired or was evicted while the engine answered)."""
-        question, ref = fields.get("q"), fields.get("r")
-        if question is None or ref is None or point_id in self._hidden or math.isnan(score):
-            return None
-        try:  # a question the tier could not have written (too long, not UTF-8): skipped
-            text = _text(question, "surrogatepass")  # (as it was written)
-        except UnicodeDecodeError:
-            text = None
-        if text is None or len(text) > MAX_STORED_QUESTION:
-            self.hostile_points += 1
-            return None
-        payload = {"question": text, "ref": _text(ref)}
-        if answer := _text(fields.get("a") or b""):
-            payload["answer"] = answer
-        return Candidate(point_id, score, payload)
-
-    def _filter(self, must: Mapping[str, str]) -> str:
-        terms = []
-        for field, value in must.items():
-            attr = TAGS.get(field)
-            if attr is None:
-                raise ValueError(f"{field!r} is not a field the index filters on ({set(TAGS)})")
-            terms.append(f"@{attr}:{{{_tag(str(value))}}}")
-        return " ".join(terms) or "*"
-
-    def _fields(
-        self, vector: np.ndarray, payload: Mapping[str, Any]
-    ) -> tuple[int, list[str | bytes | float]]:
-        """The hash of a point (its TTL in ms, and its fields)."""
-        if payload.get("namespace", self.namespace) != self.namespace:
-            raise ValueError(f"a point of namespace {payload['namespace']!r} in {self.index}")
-        question, ref = payload.get("question"), payload.get("ref")
-        if not isinstance(question, str) or not isinstance(ref, str):
-            raise ValueError("a point needs its question and ref as text")
-        expires = payload.get("expires_at")
-        if not isinstance(expires, int | float) or isinstance(expires, bool):
-            raise ValueError("a point needs its expires_at (seconds since the epoch)")
-        if not math.isfinite(expires):
-            raise ValueError("expires_at is not finite")
-        rest = {k: v for k, v in payload.items() if k not in ("question", "ref", "answer")}
-        fields: list[str | bytes | float] = [
-            "v", self._blob(vector),
-            "q", question.encode("utf-8", "surrogatepass"),
-            "r", ref,
-            "e", repr(float(expires)),
-            "a", str(payload.get("answer", "")),
-            "m", msgpack.packb(rest, use_bin_type=True, unicode_errors="surrogatepass"),
-            "n", self._namespace_tag,
-        ]  # fmt: skip
-        for field, attr in TAGS.items():
-            if field != "namespace" and field in payload:
-                fields += [attr, _tag(str(payload[field]))]
-        ttl = max(1, math.ceil((float(expires) - time.time()) * 1000))
-        return ttl, fields
-
-    def _blob(self, vector: np.ndarray) -> bytes:
-        array = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if array.shape != (self.dim,):
-            raise ValueError(f"a vector of {array.size} dimensions, not {self.dim}")
-        if not np.isfinite(array).all() or not array.any():
-            raise ValueError("a vector that is zero or not finite")
-        return array.astype(_DTYPES[self._dtype]).tobytes()
-
-    # the server ----------------------------------------------------------------------------
     def _ft(self, client: Any, *args: Any) -> Any:
         """A query-engine command, sent (on a cluster) to the node owning the namespace's
         slot: the one whose index holds its points."""
@@ -557,7 +376,6 @@ class RedisSearchIndex:
             with contextlib.suppress(Exception):
                 client.eval(_UNLOCK, 1, self._pending_lock, token)
 
-    # discards: deleted off the request path ------------------------------------------------
     def _start_worker(self) -> None:
         self._start("_worker", "discards", _discard_forever, weakref.ref(self), self._wake,
                     self._stop)  # fmt: skip
@@ -603,6 +421,193 @@ class RedisSearchIndex:
         self._doomed, self._hidden = deque(), {}
         self._wake, self._stop, self._worker = threading.Event(), threading.Event(), None
         self._reindexer = None  # (the parent goes on with its re-index)
+
+    def _blob(self, vector: np.ndarray) -> bytes:
+        array = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if array.shape != (self.dim,):
+            raise ValueError(f"a vector of {array.size} dimensions, not {self.dim}")
+        if not np.isfinite(array).all() or not array.any():
+            raise ValueError("a vector that is zero or not finite")
+        return array.astype(_DTYPES[self._dtype]).tobytes()
+
+    def _fields(
+        self, vector: np.ndarray, payload: Mapping[str, Any]
+    ) -> tuple[int, list[str | bytes | float]]:
+        """The hash of a point (its TTL in ms, and its fields)."""
+        if payload.get("namespace", self.namespace) != self.namespace:
+            raise ValueError(f"a point of namespace {payload['namespace']!r} in {self.index}")
+        question, ref = payload.get("question"), payload.get("ref")
+        if not isinstance(question, str) or not isinstance(ref, str):
+            raise ValueError("a point needs its question and ref as text")
+        expires = payload.get("expires_at")
+        if not isinstance(expires, int | float) or isinstance(expires, bool):
+            raise ValueError("a point needs its expires_at (seconds since the epoch)")
+        if not math.isfinite(expires):
+            raise ValueError("expires_at is not finite")
+        rest = {k: v for k, v in payload.items() if k not in ("question", "ref", "answer")}
+        fields: list[str | bytes | float] = [
+            "v", self._blob(vector),
+            "q", question.encode("utf-8", "surrogatepass"),
+            "r", ref,
+            "e", repr(float(expires)),
+            "a", str(payload.get("answer", "")),
+            "m", msgpack.packb(rest, use_bin_type=True, unicode_errors="surrogatepass"),
+            "n", self._namespace_tag,
+        ]  # fmt: skip
+        for field, attr in TAGS.items():
+            if field != "namespace" and field in payload:
+                fields += [attr, _tag(str(payload[field]))]
+        ttl = max(1, math.ceil((float(expires) - time.time()) * 1000))
+        return ttl, fields
+
+    def _filter(self, must: Mapping[str, str]) -> str:
+        terms = []
+        for field, value in must.items():
+            attr = TAGS.get(field)
+            if attr is None:
+                raise ValueError(f"{field!r} is not a field the index filters on ({set(TAGS)})")
+            terms.append(f"@{attr}:{{{_tag(str(value))}}}")
+        return " ".join(terms) or "*"
+
+
+class _SearchIndexPoints(_SearchIndexLife):
+    """What the index offers (``VectorIndex``): points as hashes beside the entries, upserted,
+    deleted and searched (KNN within the scope's TAG)."""
+
+    def upsert(self, point_id: str, vector: np.ndarray, payload: Mapping[str, Any]) -> None:
+        self.upsert_many([(point_id, vector, payload)])
+
+    def upsert_many(self, points: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]]) -> None:
+        """Write points (a round trip per ``_WRITES``); the index is made first if it is gone.
+        One point is written within ``timeout``, more (a bulk load) within ``bulk_timeout``."""
+        encoded = [(self.prefix + i, *self._fields(v, p)) for i, v, p in points]
+        client = self._fast if len(encoded) == 1 else self._bulk
+        self.ensure(client=client)  # (one answer's write: within ``timeout``)
+        with self._lock:
+            for point_id, _, _ in points:  # written again: it stays
+                self._hidden.pop(point_id, None)
+        for start in range(0, len(encoded), _WRITES):
+            # HSET and PEXPIRE in one MULTI: a point never lives without its TTL (one slot:
+            # allowed on a cluster too)
+            pipe = client.pipeline(transaction=True)
+            for key, ttl, fields in encoded[start : start + _WRITES]:
+                pipe.execute_command("HSET", key, *fields)
+                pipe.pexpire(key, ttl)
+            pipe.execute()
+
+    def search(
+        self, vector: np.ndarray, must: Mapping[str, str], limit: int, threshold: float
+    ) -> list[Candidate]:
+        k = limit + min(len(self._hidden), _MAX_EXTRA)
+        ef = f" EF_RUNTIME {max(self._hnsw[2], k)}" if self._algorithm == "hnsw" else ""
+        query = f"({self._filter(must)})=>[KNN {k} @v $vec{ef} AS d]"
+        blob = self._blob(vector)
+        reply = self._query(query, "PARAMS", 2, "vec", blob, "RETURN", 4, "q", "r", "a", "d", k)
+        found = []
+        for point_id, fields in reply:
+            distance = _float(fields.get("d"))
+            candidate = self._candidate(point_id, fields, 1.0 - distance)
+            if candidate is not None and candidate.score >= threshold:
+                found.append(candidate)
+        found.sort(key=lambda c: -c.score)
+        return found[:limit]
+
+    def find(self, must: Mapping[str, str], limit: int) -> list[Candidate]:
+        k = limit + min(len(self._hidden), _MAX_EXTRA)
+        reply = self._query(self._filter(must), "RETURN", 3, "q", "r", "a", k)
+        found = (self._candidate(point_id, fields, 1.0) for point_id, fields in reply)
+        return [c for c in found if c is not None][:limit]
+
+    def delete(self, point_ids: Sequence[str]) -> None:
+        self._unlink(self._fast, [self.prefix + i for i in point_ids])
+
+    def discard(self, point_ids: Sequence[str]) -> None:
+        """Out of this process's results at once; deleted from the server by a background
+        thread (a server that is slow or away never holds up the request path).  Past
+        ``_MAX_DOOMED`` waiting, the rest stay (a found point whose entry is gone is a miss)."""
+        with self._lock:
+            fresh = [i for i in dict.fromkeys(point_ids) if i not in self._hidden]
+            fresh = fresh[: max(0, _MAX_DOOMED - len(self._hidden))]
+            self._hidden.update(dict.fromkeys(fresh, math.inf))
+            self._doomed.extend(fresh)
+        if fresh:
+            self._start_worker()
+            self._wake.set()
+
+    def delete_where(self, must: Mapping[str, str]) -> None:
+        """``{"namespace": ...}`` (this index's): every point goes and the index is made anew;
+        otherwise the points matching ``must`` are found and deleted, a batch at a time."""
+        if dict(must) == {"namespace": self.namespace}:
+            self._drop()
+            return
+        self._delete_matching(self._filter(must))
+
+    def delete_expired(self, now: float) -> None:
+        """The server expires the hashes by itself; this deletes what outlived ``now``'s
+        ``expires_at`` all the same (a hash written with a clock ahead of this one)."""
+        self._delete_matching(f"@e:[-inf ({now!r}]")
+
+    def _delete_matching(self, query: str) -> None:
+        for _ in range(10_000):  # a bound: each round deletes what it found
+            try:
+                reply = self._ft(
+                    self._bulk, "FT.SEARCH", self.index, query, "NOCONTENT",
+                    "LIMIT", 0, _BATCH, "DIALECT", 2,
+                )  # fmt: skip
+            except redis.ResponseError as exc:
+                if _missing(exc):
+                    return
+                raise
+            keys = [key for key, _ in _documents(reply)]
+            if not keys:
+                return
+            self._unlink(self._bulk, keys)
+
+    def _query(self, query: str, *args: Any) -> list[tuple[str, dict[str, Any]]]:
+        """``FT.SEARCH`` on the request path: the last of ``args`` is the result limit."""
+        *rest, limit = args
+        try:
+            reply = self._ft(
+                self._fast, "FT.SEARCH", self.index, query, *rest, "LIMIT", 0, limit,
+                "TIMEOUT", max(1, int(self.timeout * 1000)), "DIALECT", 2,
+            )  # fmt: skip
+        except redis.ResponseError as exc:
+            if _missing(exc):  # the server restarted empty, or someone dropped it: a miss
+                self._checked_until = float("-inf")  # the next write makes it again
+                return []
+            raise
+        prefix = len(self.prefix)
+        return [(key[prefix:], fields) for key, fields in _documents(reply)]
+
+    def _candidate(self, point_id: str, fields: dict[str, Any], score: float) -> Candidate | None:
+        """A result as a candidate; ``None`` for one discarded here, or whose fields are gone
+        (its hash expired or was evicted while the engine answered)."""
+        question, ref = fields.get("q"), fields.get("r")
+        if question is None or ref is None or point_id in self._hidden or math.isnan(score):
+            return None
+        try:  # a question the tier could not have written (too long, not UTF-8): skipped
+            text = _text(question, "surrogatepass")  # (as it was written)
+        except UnicodeDecodeError:
+            text = None
+        if text is None or len(text) > MAX_STORED_QUESTION:
+            self.hostile_points += 1
+            return None
+        payload = {"question": text, "ref": _text(ref)}
+        if answer := _text(fields.get("a") or b""):
+            payload["answer"] = answer
+        return Candidate(point_id, score, payload)
+
+
+class RedisSearchIndex(_SearchIndexPoints):
+    """A ``VectorIndex`` in the Redis query engine: one index of ``namespace``'s points.
+
+    ``url`` (``redis://``, ``rediss://``; ``cluster=True`` for Redis Cluster) or ``client`` (a
+    ``redis.Redis`` or ``RedisCluster``, used as it is: its own timeouts apply).  ``space``
+    names the vector space (the embedder): indexes of different embedders never mix.
+    ``timeout`` bounds each call of the request path (searches, writes); the index and bulk
+    deletions get ``bulk_timeout``.  Store errors are raised (the tier's callers count them);
+    a missing index is a miss, not an error.
+    """
 
 
 def _discard_forever(
