@@ -32,6 +32,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_tricache import CachedChatModel, TriCache, tenant, with_tricache
 from langchain_tricache.convert import parse_messages, parse_prompt
 from tricache import Cache, Exact
+from tricache.key.options import entry_options
 from tricache.stores.redis import RedisStore
 
 from conftest import REDIS_URL, roles_of_two_coalescers
@@ -109,6 +110,31 @@ def test_tenants_are_isolated(global_cache: TriCache) -> None:
         assert chat("bob's plan: Basic").invoke("What is my plan?").content == "bob's plan: Basic"
     with tenant("alice"):
         assert chat("NOT CALLED").invoke("What is my plan?").content == "alice's plan: Pro"
+
+
+def test_a_repeated_prompt_keeps_its_tenant_and_options(core: Cache) -> None:
+    """The cache reuses the request of a prompt it saw (a memo): never across tenants,
+    nor across the tags or category the run asks for."""
+    cache = TriCache(cache=core)
+    prompt, llm_string = "What is my plan?", "fake-llm"
+    first, _ = cache._request(prompt, llm_string)
+    assert first is not None and cache._request(prompt, llm_string)[0] is first
+    with tenant("alice"):
+        alice, _ = cache._request(prompt, llm_string)
+    assert alice is not None and alice.tenant == "alice" and alice != first
+    with entry_options(tags=["prices"], category="billing"):
+        tagged, _ = cache._request(prompt, llm_string)
+    assert tagged is not None and tagged.tags == ("prices",) and tagged.category == "billing"
+    assert cache._request(prompt, llm_string)[0] is first  # the plain one again
+
+
+def test_every_hit_is_a_fresh_message(global_cache: TriCache) -> None:
+    chat("fresh each time").invoke("What is a fresh object?")
+    one = chat("NOT CALLED").invoke("What is a fresh object?")
+    two = chat("NOT CALLED").invoke("What is a fresh object?")
+    assert one.content == two.content == "fresh each time" and one is not two
+    one.response_metadata["tricache"]["tier"] = "changed by the app"
+    assert two.response_metadata["tricache"]["tier"] == "exact"
 
 
 def test_tool_calls_round_trip_and_stay_exact_only(global_cache: TriCache) -> None:
