@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import time
 import weakref
@@ -217,22 +216,6 @@ class VersionSync:
         self._subscribed = self.link.store is None or not self.link.store.has_pubsub
 
     # changes ---------------------------------------------------------------------------------
-    def invalidate(self, tag: str) -> int:
-        """Make every entry written under ``tag`` unreachable, in every process."""
-        return int(self._change(tag_meta(tag), None))
-
-    def bump_kb_version(self) -> int:
-        """New knowledge-base version: every existing entry of the namespace becomes stale."""
-        return int(self._change(KB, None))
-
-    def set_min_watermark(self, watermark: float | None = None) -> float:
-        """Entries whose requests began before ``watermark`` become stale; the time is on the
-        store's clock (``None``: the store's clock now).  The floor never goes down: a lower
-        value leaves it where it is.  Returns the floor now in force."""
-        if watermark is not None and not math.isfinite(watermark):
-            raise ValueError(f"watermark must be a finite time, got {watermark!r}")
-        return self._change(MIN_WATERMARK, watermark)
-
     def deleted(self, keys: list[str]) -> None:
         """``keys`` were deleted from the store: they leave the L1 of every cache of this
         process now, and every other process's L1 at its next poll or event (``refresh_s``).
@@ -241,7 +224,7 @@ class VersionSync:
             for key in keys:
                 sync._l1.pop(key)
         if self.link.store is not None and keys:
-            self._change(DELETES, None, told=True)
+            self.change(DELETES, None, told=True)
 
     def new_epoch(self) -> None:
         """The namespace was cleared: a new epoch makes whatever survives (in L1s, in a store
@@ -258,9 +241,12 @@ class VersionSync:
             sync.poll()
         self._publish([epoch, "", 0])
 
-    def _change(self, name: str, value: float | None, *, told: bool = False) -> float:
-        """Raises ``StoreUnavailable`` when the store is unreachable: an invalidation must not
-        be lost silently.  ``told``: the caches of this process have already acted on it."""
+    def change(self, name: str, value: float | None, *, told: bool = False) -> float:
+        """Change one version (``tag_meta(tag)``, ``KB``: a new value; ``MIN_WATERMARK``: the
+        floor ``value``, ``None`` for the store's clock now) in the store, and tell every
+        process; returns its value now.  Raises ``StoreUnavailable`` when the store is
+        unreachable: an invalidation must not be lost silently.  ``told``: the caches of
+        this process have already acted on it."""
         if self.link.store is None:
             state = VersionState(self.view.epoch, time.time(), 0, 0,
                                  {name: self.view.next_local(name, value)})  # fmt: skip

@@ -18,6 +18,7 @@ and ``put_steps``, which ``Cache`` drives with blocking or awaited store calls.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from .misses import UNFIT, MissLedger
 from .policy import TtlPolicy
 from .sync import VersionSync
 from .upkeep import Upkeep
-from .versions import Stamp, VersionView, tag_meta
+from .versions import KB, MIN_WATERMARK, Stamp, VersionView, tag_meta
 
 __all__ = ["ExactHit", "ExactTier", "StoreUnavailable"]
 
@@ -559,15 +560,19 @@ class _ExactUpkeep(_ExactParts):
 
     def invalidate(self, tag: str) -> int:
         """Make every entry written under ``tag`` unreachable, in every process."""
-        return self.sync.invalidate(tag)
+        return int(self.sync.change(tag_meta(tag), None))
 
     def bump_kb_version(self) -> int:
         """New knowledge-base version: every existing entry of the namespace becomes stale."""
-        return self.sync.bump_kb_version()
+        return int(self.sync.change(KB, None))
 
     def set_min_watermark(self, watermark: float | None = None) -> float:
-        """Entries whose requests began before ``watermark`` (store clock) become stale."""
-        return self.sync.set_min_watermark(watermark)
+        """Entries whose requests began before ``watermark`` become stale; the time is on the
+        store's clock (``None``: the store's clock now).  The floor never goes down: a lower
+        value leaves it where it is.  Returns the floor now in force."""
+        if watermark is not None and not math.isfinite(watermark):
+            raise ValueError(f"watermark must be a finite time, got {watermark!r}")
+        return self.sync.change(MIN_WATERMARK, watermark)
 
     def entries(self) -> Generator[tuple[str, CacheEntry], None, None]:
         """Every current entry of the namespace in L2 (or L1 without a store), key and entry:
