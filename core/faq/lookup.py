@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..hit import Hit
 from ..key.asked import Asked
 from ..key.entry import CacheEntry
+from ..key.script import lang
 from ..ops.metrics import Metrics
 from ..settings import Learn
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # (numpy and the FAQ's store load with the FAQ, not with this
     from ..semantic.tier import SemanticTier
     from .store import FaqMatch, FaqStore
 
-__all__ = ["MAX_QUESTION_CHARS", "faq_hit", "faq_question", "lang"]
+__all__ = ["MAX_QUESTION_CHARS", "faq_hit", "faq_question"]
 
 MAX_QUESTION_CHARS = 2000  # what the FAQ embeds and compares: longer questions are a miss
 
@@ -112,7 +113,3 @@ def _decide(
     if best.score < store.threshold:
         metrics.incr("faq", "hits_learned")
     return best
-
-
-def lang(question: str) -> str:
-    return "zh" if any("\u3400" <= c <= "\u9fff" for c in question) else "en"

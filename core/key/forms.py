@@ -36,6 +36,7 @@ from hashlib import blake2b
 from itertools import pairwise
 from types import MappingProxyType
 
+from .script import CJK, HAN
 from .words import FUNCTION_WORDS_EN, is_lower_case_word
 
 __all__ = [
@@ -146,9 +147,8 @@ _CODE = re.compile(
 )
 # Spaces beside Chinese characters are form; between Japanese kana or Korean words they
 # separate words, and stay.
-_HAN = "\u2e80-\u2fff\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN = "\u2e80-\u2fff\u3000-\u303f" + HAN  # Han and the CJK punctuation
 _KANA_HANGUL = "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\uac00-\ud7af"
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _HAN_SPACE = re.compile(rf"(?<=[{_HAN}]) +(?![{_KANA_HANGUL}])|(?<![{_KANA_HANGUL}]) +(?=[{_HAN}])")
 _HAN_CHAR = re.compile(rf"[{_HAN}]")
 _KANA_HANGUL_CHAR = re.compile(rf"[{_KANA_HANGUL}]")
@@ -215,7 +215,7 @@ def _fold_plain(text: str, *, apostrophes: bool = True, width: bool = True) -> s
 # Form equality -----------------------------------------------------------------------------
 # Letters and digits of alphabetic scripts (a space or hyphen beside a Chinese character is
 # another matter: "气温-5℃" is no "气温5℃")
-_ALNUM = r"[^\W_\u2e80-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+_ALNUM = rf"[^\W_\u2e80-\u30ff{HAN}\uac00-\ud7af]"
 _SEPARATOR = re.compile(rf"(?<={_ALNUM})[ \-](?={_ALNUM})")
 _FINAL = re.compile(r"(?<=[^\W_]|[)\"'`])[?.？。]+$")  # not "!": "n!", "save!", "Int!"
 
@@ -329,7 +329,7 @@ def _worded(text: str) -> str:
 _PLAIN = frozenset(".,;:!?'\"()-–—“”…。，？！、；：（）《》「」·•‧%")
 # a flag (-R), a call (len(), a format (%Y), a factorial (100!)
 _CODE_LIKE = re.compile(r"^--?\w|\w\(|%[A-Za-z]|\d!")
-_TOKENS = re.compile(r"[^\s\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_TOKENS = re.compile(rf"[^\s{HAN}]+")
 
 
 def literals(text: str) -> tuple[str, ...]:
@@ -507,7 +507,7 @@ def _title_case(text: str) -> bool:
     """ "What Is The Best Way To Learn Guitar?": three words or more, every one capitalized
     but for the small words titles leave in lower case."""
     words = re.findall(r"[A-Za-z]+", text)
-    if len(words) < 3 or re.search(r"[\u3400-\u9fff]", text):
+    if len(words) < 3 or CJK.search(text):
         return False
     if not all(w[0].isupper() or w in _TITLE_SMALL for w in words):
         return False
@@ -606,7 +606,7 @@ def _lone_letter_case(x: str, y: str) -> bool:
 
 
 def _letters(text: str) -> list[str]:
-    latin = not _CJK.search(text)
+    latin = not CJK.search(text)
     found = []
     for m in _LONE_LETTER.finditer(text):
         letter, before = m.group(), text[: m.start()].rstrip()
@@ -650,10 +650,10 @@ def _word_cases(
     (read-only): a stored question is compared with every question asked near it."""
     typed: dict[str, set[str]] = {}
     capitals: dict[str, set[bool]] = {}
-    sentence_start = not _CJK.search(text)  # (Chinese text capitalizes no sentence: "Co中毒")
+    sentence_start = not CJK.search(text)  # (Chinese text capitalizes no sentence: "Co中毒")
     for m in _PIECE.finditer(_FINAL.sub("", text)):
         piece = m.group()
-        if piece[0].isalpha() and not _CJK.match(piece):
+        if piece[0].isalpha() and not CJK.match(piece):
             word = piece.lower()
             forms, flags = typed.setdefault(word, set()), capitals.setdefault(word, set())
             grammar = sentence_start and piece[1:] == piece[1:].lower()

@@ -34,6 +34,7 @@ from .forms import (
     restore_apostrophes,
     space_beside_han,
 )
+from .script import CJK
 
 __all__ = ["Form", "form", "normalize", "replace_timestamps", "replace_volatile"]
 
@@ -119,10 +120,7 @@ def normalize(text: str, *, volatile: bool = False) -> str:
 def _one_case(text: str) -> bool:
     """True for a text typed in capitals only: its case tells nothing.  Not a Chinese text
     whose Latin words are in capitals ("SWIFT代码在哪里查"): those are names and acronyms."""
-    return text.upper() == text and text.lower() != text and not _CJK.search(text)
-
-
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+    return text.upper() == text and text.lower() != text and not CJK.search(text)
 
 
 class _Form(NamedTuple):

@@ -29,6 +29,7 @@ from functools import lru_cache
 from hashlib import blake2b
 
 from .normalize import normalize
+from .script import HAN
 
 __all__ = ["Located", "locate"]
 
@@ -40,7 +41,7 @@ _QUESTION_LABELS = frozenset(
     "followupquestion followup followupmessage questiontoanswer 问题 提问 用户问题 问 查询 用户"
     .split()
 )  # fmt: skip
-_NAME = r"[^\W\d_][\w '’-]{0,30}?|[\u4e00-\u9fff]{1,6}"
+_NAME = r"[^\W\d_][\w '’-]{0,30}?|[" + HAN + "]{1,6}"
 # "Question: …" at the start of a line (markdown emphasis allowed: "**Question:**")
 _LABEL = re.compile(rf"^\s*[*_]*({_NAME})[*_]*\s*[:：][*_]*\s*")
 # A line that is only a label: "Question:", "### Question", "<Follow Up Message>", "[Query]"

@@ -28,7 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .guards.analysis import CJK, analyze
+from ..key.script import CJK
+from .guards.analysis import analyze
 
 __all__ = [
     "GENERIC_ENTRIES",
@@ -164,7 +165,7 @@ _ENDS = ".!?:;。！？：；"
 # courtesy that reads as a negation: "No problem!", "没问题。" open answers that say yes
 _COURTESY = re.compile(r"\b(?:no problem|no worries)\b|没问题|不客气|不用谢", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?:;]\s|[。！？：；]\s?")
-_WORD_OR_HAN = re.compile(rf"{CJK.pattern}{{2}}|{CJK.pattern}|\w+")  # (the guards' CJK)
+_WORD_OR_HAN = re.compile(rf"{CJK.pattern}{{2}}|{CJK.pattern}|\w+")  # (key/script.py)
 
 
 def _common_block(x: str, y: str) -> tuple[int, int, int] | None:

@@ -23,6 +23,7 @@ from ..key.forms import folded, form_key
 from ..key.normalize import normalize
 from ..key.question import Located
 from ..key.request import CacheRequest, context_fingerprint, entry_prefix
+from ..key.script import lang
 from ..stores.base import point_id_for
 from .guards.canonical import canonical
 
@@ -32,7 +33,6 @@ __all__ = [
     "answer_digest",
     "comparable",
     "draft",
-    "has_cjk",
     "point_id_for",
     "scope",
 ]
@@ -87,7 +87,7 @@ def draft(
         **scope(request, located, volatile=volatile),
         "question": question,
         "form": form_key(question),
-        "lang": "zh" if has_cjk(question) else "en",
+        "lang": lang(question),
         "category": entry.category or "",
         "tags": list(request.tags),
         "kb_version": entry.kb_version,
@@ -169,10 +169,6 @@ def comparable(question: str) -> bool:
 
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def has_cjk(text: str) -> bool:
-    return any("\u3400" <= c <= "\u9fff" for c in text)
 
 
 def _plain(value: Any) -> bool:

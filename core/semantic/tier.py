@@ -33,6 +33,7 @@ from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
 from ..key.request import CacheRequest
+from ..key.script import has_cjk, lang
 from ..ops.metrics import Metrics
 from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
@@ -69,7 +70,6 @@ from .points import (
     comparable,
     digest,
     draft,
-    has_cjk,
     judged,
     point_id_for,
     scope,
@@ -442,7 +442,7 @@ class SemanticTier:
 
     def pool(self, request: CacheRequest, question: str) -> str:
         """Whose labels decide for ``request``: its namespace, tenant and language."""
-        return pool_of(request.namespace, request.tenant, "zh" if has_cjk(question) else "en")
+        return pool_of(request.namespace, request.tenant, lang(question))
 
     def _candidates(
         self,

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..cache import Cache
 from ..faq.store import read_text
+from ..key.script import lang
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, check
 from ..semantic.tier import embedded_text
 from ..settings import Exact, Semantic
@@ -73,8 +74,8 @@ def _read_rows(path: Path, reader: csv.DictReader[str], limit: int | None) -> li
             raise ValueError(f"{where}: missing fields (need {first}, {second} and label)")
         if label.strip() not in ("0", "1"):
             raise ValueError(f"{where}: label must be 0 or 1, got {label!r}")
-        lang = row.get("lang") or ("zh" if _has_cjk(q1 + q2) else "en")
-        pairs.append(Pair(q1, q2, int(label), (row.get(kind) or "") if kind else "", lang))
+        language = row.get("lang") or lang(q1 + q2)
+        pairs.append(Pair(q1, q2, int(label), (row.get(kind) or "") if kind else "", language))
         if limit is not None and len(pairs) >= limit:
             break
     return pairs
@@ -297,7 +298,3 @@ def plot_calibration(result: Calibration, title: str = "") -> Any:
     ax.legend(loc="lower left")
     figure.tight_layout()
     return figure
-
-
-def _has_cjk(text: str) -> bool:
-    return any("\u3400" <= c <= "\u9fff" for c in text)

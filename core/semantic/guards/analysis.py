@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...key.forms import literals
+from ...key.script import CJK, HAN
 from . import entities
 from .canonical import about_its_words
 from .lexicon import (
@@ -30,10 +31,9 @@ from .lexicon import (
 )
 from .segmenter import tagger
 
-__all__ = ["CJK", "Analysis", "analyze", "use_entity_recognizer"]
+__all__ = ["Analysis", "analyze", "use_entity_recognizer"]
 
-CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_WORD = re.compile(r"[a-z0-9]+(?:[-'’.][a-z0-9]+)*|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(rf"[a-z0-9]+(?:[-'’.][a-z0-9]+)*|[{HAN}]+")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _ZH_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万亿]+(?:点[零〇一二三四五六七八九]+)?")
 

@@ -22,9 +22,10 @@ from functools import lru_cache
 from itertools import pairwise
 
 from ...key.forms import case_differs, folded, unify
+from ...key.script import CJK
 from ...key.words import is_lower_case_word, known
 from ...runtime.exit import checkpoint
-from .analysis import CJK, Analysis, analyze
+from .analysis import Analysis, analyze
 from .canonical import canonical
 from .lexicon import (
     ANTONYMS_EN,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
 
+from ...key.script import CJK
 from .lexicon import FILLERS_EN, PERSONS_EN, RELATIONS_EN, STOPWORDS_EN, WH_EN
 
 __all__ = ["SPACY_MODELS", "latin_entities", "recognizer", "use"]
@@ -40,7 +41,6 @@ _NAME_LABELS = frozenset(
 _NOT_NER = ["parser", "tagger", "attribute_ruler", "lemmatizer", "senter"]
 _LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*|\d+[A-Za-z]\w*")
 _COMMON = STOPWORDS_EN | WH_EN | FILLERS_EN | RELATIONS_EN | PERSONS_EN.keys()
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # Questions are short; a long text gets the rules only (spaCy would take seconds on it).
 _SPACY_MAX_CHARS = 2000
@@ -72,7 +72,7 @@ def latin_entities(text: str) -> frozenset[str]:
     raw = unicodedata.normalize("NFKC", text)
     found, unseen = _by_rule(raw)
     short = len(raw) <= _SPACY_MAX_CHARS
-    if unseen and short and recognizer() == "spacy" and not _CJK.search(raw):
+    if unseen and short and recognizer() == "spacy" and not CJK.search(raw):
         found |= _spacy_names(raw)
     return found
 
@@ -85,7 +85,7 @@ def _by_rule(raw: str) -> tuple[frozenset[str], bool]:
     found: set[str] = set()
     unseen = False
     words = _words_with_starts(raw)
-    if _CJK.search(raw):  # Latin words inside Chinese text are names and terms ("Radio Airplay")
+    if CJK.search(raw):  # Latin words inside Chinese text are names and terms ("Radio Airplay")
         return frozenset(w.casefold() for w, _ in words if len(w) >= 2), False
     inner = [w for w, start in words if not start and w != "I"]
     title_case = len(inner) >= 2 and sum(w[0].isupper() for w in inner) > len(inner) / 2
