@@ -11,21 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .admin import Admin, Entry
-    from .cache import Cache
     from .faq.store import FaqEntry
 
-__all__ = ["CacheVerbs"]
+__all__ = ["CacheVerbs", "HasAdmin"]
+
+
+class HasAdmin(Protocol):
+    """What holds the admin verbs: a ``Cache``."""
+
+    @property
+    def admin(self) -> Admin: ...
 
 
 class CacheVerbs:
     """The admin verbs, delegated to ``self.admin`` (for an adapter: its cache's)."""
 
     if TYPE_CHECKING:  # (a plain attribute, a property or a pydantic field of the class)
-        tricache: Cache
+        tricache: HasAdmin
 
     @property
     def admin(self) -> Admin:
