@@ -69,6 +69,7 @@ class TriCache(CacheVerbs, BaseCache):
         self.tool_calls_to_look_alikes = tool_calls_to_look_alikes
         self.tag_hits = tag_hits
         self._requests: Memo[tuple[CacheRequest | None, bool]] = Memo(_REQUEST_MEMO_BYTES)
+        self._requests_of = self.tricache  # the cache they were built for
         install()  # the per-call options of every run reach lookup and update (run_options.py)
 
     @property
@@ -145,7 +146,10 @@ class TriCache(CacheVerbs, BaseCache):
     def _built(self, prompt: str, llm_string: str) -> tuple[CacheRequest | None, bool]:
         """The request for ``prompt`` in the current tenant and entry options, memoized: a
         request is immutable and a function of exactly these (the cache's namespace and
-        default tenant never change), and a cache sees the same prompts again and again."""
+        default tenant never change), and a cache sees the same prompts again and again.  An
+        app that gives this object another ``tricache`` starts a new memo."""
+        if self._requests_of is not self.tricache:
+            self._requests, self._requests_of = Memo(_REQUEST_MEMO_BYTES), self.tricache
         memo_key = (prompt, llm_string, current_tenant(), current_entry_options())
         found = self._requests.get(memo_key)
         if found is not None:

@@ -58,7 +58,7 @@ from tricache import Cache, CacheRequest, Coalescer, Outcome
 from tricache.key.options import entry_options
 from tricache.verbs import CacheVerbs
 
-from .codec import CHAT
+from .codec import CHAT, to_chunk
 from .convert import (
     llm_key,
     parse_messages,
@@ -306,9 +306,13 @@ def _as_chunk(output: Any) -> AIMessageChunk:
 
 
 def _coerce(output: Any, kind: type[_M]) -> _M:
-    """What the inner runnable returned, as ``kind`` (an AI message or chunk)."""
+    """What the inner runnable returned, as ``kind`` (an AI message or chunk): a whole message
+    where a stream was asked for (a model without streaming, ``disable_streaming``, a
+    ``with_retry`` wrapper) keeps its tool calls and other fields."""
     if isinstance(output, kind):
         return output
+    if kind is AIMessageChunk and isinstance(output, AIMessage):
+        return to_chunk(output)  # type: ignore[return-value]
     return kind(content=output.content if isinstance(output, BaseMessage) else str(output))
 
 

@@ -112,7 +112,8 @@ class ChatCodec:
 
     def replayed(self, message: AIMessage, info: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
         """A cached answer as a stream: word-sized chunks; the first says which tier served it
-        (``info``), the last carries the answer's own metadata and usage."""
+        (``info``), the last carries the answer's own metadata, usage and other fields
+        (``additional_kwargs``: a reasoning text, a refusal …)."""
         if message.tool_calls or not isinstance(message.content, str) or not message.content:
             yield ChatGenerationChunk(message=to_chunk(message))
             return
@@ -125,6 +126,7 @@ class ChatCodec:
                 content=piece,
                 response_metadata=meta,
                 usage_metadata=message.usage_metadata if last else None,
+                additional_kwargs=message.additional_kwargs if last else {},
             )
             yield ChatGenerationChunk(message=chunk)
 
@@ -133,6 +135,7 @@ def to_chunk(message: AIMessage) -> AIMessageChunk:
     """A whole message as one chunk (tool calls as tool-call chunks)."""
     return AIMessageChunk(
         content=message.content,
+        additional_kwargs=message.additional_kwargs,
         response_metadata=message.response_metadata,
         usage_metadata=message.usage_metadata,
         tool_call_chunks=[
