@@ -109,9 +109,9 @@ class Admin:
         return found
 
     def entry(self, entry_id: str) -> Entry | None:
-        """One entry by its id (``Entry.id``, a hit's ``entry_id``), or ``None``; in any
-        process (the versions are read first).  ``StoreUnavailable`` when the store does not
-        answer."""
+        """One entry by its id (``Entry.id``, a hit's ``entry_id``), or ``None`` when it is
+        gone; in any process (the versions are read first).  An id that is not one of this
+        cache's is a ``ValueError``; ``StoreUnavailable`` when the store does not answer."""
         kind, key = self._target(entry_id)
         if kind == "faq":
             raise ValueError("a FAQ entry: Cache.faq_entries() lists them")

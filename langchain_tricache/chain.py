@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 _QUESTION_FIELDS = ("question", "query", "input")
 
 
-class CachedRunnable(RunnableSerializable[Any, Any]):
+class CachedRunnable(CacheVerbs, RunnableSerializable[Any, Any]):
     """``runnable`` with its output cached; see :func:`with_tricache`."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -16,20 +16,24 @@ from llama_index.core.llms import MockLLM
 from langchain_tricache import CachedChatModel, TriCache, with_tricache
 from llama_index_tricache import TriCacheLLM
 from tricache import Cache
+from tricache.admin import Admin
 from tricache.verbs import CacheVerbs
 
 VERBS = [n for n, f in inspect.getmembers(CacheVerbs, inspect.isfunction) if not n.startswith("_")]
 
 
-def test_every_verb_is_a_verb_of_cache() -> None:
-    assert {"invalidate", "bump_kb_version", "feedback", "add_faq", "stats"} <= set(VERBS)
+def test_every_verb_is_the_admin_modules() -> None:
+    """Each verb a framework object (and ``Cache``) offers is ``admin.Admin``'s, with its
+    parameters: the CLI, the review page and the frameworks call the same code."""
+    assert {"invalidate", "bump_kb_version", "feedback", "add_faq", "stats", "clear"} <= set(VERBS)
     for name in VERBS:
         mine = inspect.signature(getattr(CacheVerbs, name))
-        theirs = inspect.signature(getattr(Cache, name))
+        theirs = inspect.signature(getattr(Admin, name))
         assert list(mine.parameters) == list(theirs.parameters), name
+        assert getattr(Cache, name) is getattr(CacheVerbs, name), name
 
 
-@pytest.mark.parametrize("kind", ["TriCache", "CachedChatModel", "TriCacheLLM"])
+@pytest.mark.parametrize("kind", ["TriCache", "CachedChatModel", "TriCacheLLM", "with_tricache"])
 def test_the_framework_objects_reach_every_verb(kind: str, tmp_path: Path) -> None:
     core = Cache(path=tmp_path / "c.sqlite3", semantic=False)
     inner = GenericFakeChatModel(messages=iter([AIMessage("x")]))
@@ -37,6 +41,7 @@ def test_the_framework_objects_reach_every_verb(kind: str, tmp_path: Path) -> No
         "TriCache": lambda: TriCache(cache=core),
         "CachedChatModel": lambda: CachedChatModel(inner=inner, tricache=core),
         "TriCacheLLM": lambda: TriCacheLLM(MockLLM(), cache=core),
+        "with_tricache": lambda: with_tricache(RunnableLambda(str.upper), core, fingerprint="v1"),
     }[kind]()
     for name in VERBS:
         assert callable(getattr(face, name)), name
