@@ -16,13 +16,15 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+# the old tree beside this one, each run in its own process: as for issue #34
+from refactor_issue34 import _packages, _run, _worktree
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "refactor_issue41.md"
@@ -104,29 +106,6 @@ for _ in range(21):
 t.sort(); m.sort()
 print(t[10], m[10])
 """
-
-
-def _worktree(commit: str, where: Path) -> Path:
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(where),
-                    commit], check=True)  # fmt: skip
-    return where
-
-
-def _packages(tree: Path, where: Path) -> Path:
-    """A folder that makes ``tricache`` and the adapters importable from ``tree``."""
-    where.mkdir(parents=True, exist_ok=True)
-    for name, folder in (("tricache", "core"), *((a, a) for a in ADAPTERS)):
-        (where / name).symlink_to(tree / folder)
-    return where
-
-
-def _run(code: str | Path, tree: Path, packages: Path, *args: str) -> str:
-    """Run ``code`` (a script's text, or its path) in ``tree`` with its packages."""
-    env = {**os.environ, "PYTHONPATH": str(packages), "TRICACHE_HOME": tempfile.mkdtemp()}
-    script = [str(code)] if isinstance(code, Path) else ["-c", code]
-    done = subprocess.run([sys.executable, *script, *args], cwd=tree, env=env,
-                          capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
-    return done.stdout
 
 
 def _modules(tree: Path) -> dict[str, Path]:
