@@ -305,16 +305,19 @@ class Cache(CacheVerbs, Closable):
         coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
+        curated: Callable[[CacheRequest], str | None] | None = None,
     ) -> Outcome[T]:
         """The cached answer for ``request`` (``served(hit)``: the framework's answer; ``None``
         when it cannot read it), else what ``ask()`` (the model) returned, stored as
         ``flow.reuse`` allows (``convert`` says what it is as an ``Answer``).  With a
         ``coalescer``, concurrent identical misses make one call; ``semantic`` and ``faq`` as
-        ``lookup`` takes them.  Never raises for store trouble; what ``ask`` raises
-        propagates, and nothing is stored."""
+        ``lookup`` takes them.  ``curated(request)``: the app's own curated answer, asked
+        when every tier missed; its text is served as a FAQ hit (``level="app"``) and never
+        stored.  Never raises for store trouble; what ``ask`` raises propagates, and nothing
+        is stored."""
         steps = answer_steps(self.pipeline, request, Call(ask, _unused), convert, served,
                              semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
-                             category=category)  # fmt: skip
+                             category=category, curated=curated)  # fmt: skip
         with one_request(self.metrics):
             return run(steps)
 
@@ -330,11 +333,12 @@ class Cache(CacheVerbs, Closable):
         coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
+        curated: Callable[[CacheRequest], str | None] | None = None,
     ) -> Outcome[T]:
         """``answer`` from async code (``ask`` a coroutine function)."""
         steps = answer_steps(self.pipeline, request, Call(_unused, ask), convert, served,
                              semantic=semantic, faq=faq, coalescer=coalescer, ttl=_ttl(ttl),
-                             category=category)  # fmt: skip
+                             category=category, curated=curated)  # fmt: skip
         with one_request(self.metrics):
             return await arun(steps)
 
@@ -350,15 +354,18 @@ class Cache(CacheVerbs, Closable):
         coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
+        curated: Callable[[CacheRequest], str | None] | None = None,
     ) -> Outcome[Iterator[C]]:
         """A hit replayed as the framework's stream (``replay``), else the model's stream
         (``open_stream()``) passed through and stored once complete (``combine`` makes the
         ``Answer`` of its chunks).  With a ``coalescer``, the threads that ask the same
         meanwhile replay that one stream as it comes, and end as it ends (its error when it
-        failed, ``LeaderLeft`` when its reader left it unfinished)."""
+        failed, ``LeaderLeft`` when its reader left it unfinished).  ``curated`` as ``answer``
+        takes it: its text replayed as a FAQ hit."""
         options = dict(semantic=semantic, ttl=_ttl(ttl), category=category)
         with one_request(self.metrics):
             asked = self.pipeline.asked(request)
+            asked.curated = curated
             return stream_outcome(self.pipeline, asked, open_stream, combine, replay, options,
                                   faq=faq, coalescer=coalescer)  # fmt: skip
 
@@ -374,12 +381,14 @@ class Cache(CacheVerbs, Closable):
         coalescer: Coalescer | None = None,
         ttl: float | None = None,
         category: str | None = None,
+        curated: Callable[[CacheRequest], str | None] | None = None,
     ) -> Outcome[AsyncIterator[C]]:
         """``stream`` from async code (``open_stream`` returns an async iterator, or a
         coroutine that makes one): the tasks of one event loop share a stream."""
         options = dict(semantic=semantic, ttl=_ttl(ttl), category=category)
         with one_request(self.metrics):
             asked = self.pipeline.asked(request)
+            asked.curated = curated
             return await astream_outcome(self.pipeline, asked, open_stream, combine, replay,
                                          options, faq=faq, coalescer=coalescer)  # fmt: skip
 

@@ -184,9 +184,12 @@ def answer_steps(
     coalescer: Coalescer | None,
     ttl: float | None,
     category: str | None = None,
+    curated: Callable[[Any], str | None] | None = None,
 ) -> Steps[Outcome[T]]:
-    """A hit, else the model's answer (``ask``), stored as ``reuse`` allows."""
+    """A hit, else the model's answer (``ask``), stored as ``reuse`` allows.  ``curated``:
+    the app's own curated answers, asked when every tier missed (``Asked.curated``)."""
     asked = pipeline.asked(request)
+    asked.curated = curated
     found = yield from cached_steps(pipeline, asked, served, semantic, faq)
     if found is not None:
         return found

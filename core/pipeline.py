@@ -144,17 +144,15 @@ class Pipeline:
             faq = False
         if not self._may_cache(asked):  # curated answers only
             count_declined(self.metrics)  # (once per request: ``tricache stats``)
-            if not faq:
-                return None
-            return self._unlabelled(asked, (yield Off(self._faq, asked)))
+            hit = (yield Off(self._faq, asked)) if faq else None
+            return self._unlabelled(asked, hit or self._curated(asked))
         found = None
         with TierFrame(self.metrics, "exact", "lookup"):
             found = yield from self.exact.get_steps(asked)
         if found is not None:
-            return self._unlabelled(asked, self._exact_hit(found))
-        if not semantic:
-            return None
-        hit = yield Off(self._after_exact, asked, faq)  # embedding: a thread in async
+            return self._unlabelled(asked, self._exact_hit(found) or self._curated(asked))
+        hit = (yield Off(self._after_exact, asked, faq)) if semantic else None  # (embedding: a
+        hit = hit or self._curated(asked)  # thread in async)
         if hit is not None:  # a miss answered by another tier: no answer will be written
             self.exact.settle(asked.key)
         return self._unlabelled(asked, hit)
@@ -241,6 +239,19 @@ class Pipeline:
             self.exact.link.failed("search", exc, breaker=False)
             return True
         return False
+
+    def _curated(self, asked: Asked) -> Hit | None:
+        """The app's own curated answer for this call (``Asked.curated``), when every tier
+        missed: served as a FAQ answer, never stored.  What the app's function raises is the
+        app's error: it propagates."""
+        if asked.curated is None:
+            return None
+        text = asked.curated(asked.request)
+        if text is None:
+            return None
+        self.metrics.incr("faq", "app_hits")
+        return Hit(text=text, payload=None, tier="faq", level="app", key=asked.key,
+                   entry=CacheEntry(text), entry_id="")  # fmt: skip
 
     def _count_savings(self, tier: str, entry: CacheEntry) -> None:
         if entry.tokens:

@@ -38,7 +38,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import (
     Runnable,
     RunnableBinding,
@@ -157,16 +157,12 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         request, flags = self._request(messages, call, run_manager)
 
         def ask() -> AIMessage:
-            self._curated(request)
             return _as_message(self.inner.invoke(messages, _inner_config(), **call))
 
         if request is None:
             return CHAT.result(Outcome(ask(), None))
-        try:
-            return CHAT.result(self.tricache.answer(request, ask, CHAT.answer, CHAT.served,
+        return CHAT.result(self.tricache.answer(request, ask, CHAT.answer, CHAT.served,
                                                 **self._options(flags)))  # fmt: skip
-        except _Curated as curated:
-            return curated.result
 
     def _stream(
         self,
@@ -185,15 +181,10 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             return
 
         def opened() -> Iterator[AIMessageChunk]:
-            self._curated(request)
             return map(_as_chunk, chunks())
 
-        try:
-            out = self.tricache.stream(request, opened, CHAT.combine, CHAT.replay,
-                                       **self._options(flags))  # fmt: skip
-        except _Curated as curated:
-            yield from CHAT.replayed(curated.message, {"tier": "faq"})
-            return
+        out = self.tricache.stream(request, opened, CHAT.combine, CHAT.replay,
+                                   **self._options(flags))  # fmt: skip
         yield from CHAT.said_stream(out)
 
     # async ---------------------------------------------------------------------------------
@@ -208,16 +199,12 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         request, flags = self._request(messages, call, run_manager)
 
         async def ask() -> AIMessage:
-            self._curated(request)
             return _as_message(await self.inner.ainvoke(messages, _inner_config(), **call))
 
         if request is None:
             return CHAT.result(Outcome(await ask(), None))
-        try:
-            out = await self.tricache.aanswer(request, ask, CHAT.answer, CHAT.served,
-                                              **self._options(flags))  # fmt: skip
-        except _Curated as curated:
-            return curated.result
+        out = await self.tricache.aanswer(request, ask, CHAT.answer, CHAT.served,
+                                          **self._options(flags))  # fmt: skip
         return CHAT.result(out)
 
     async def _astream(
@@ -234,20 +221,11 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
             async for chunk in self.inner.astream(messages, _inner_config(), **call):
                 yield _as_chunk(chunk)
 
-        def opened() -> AsyncIterator[AIMessageChunk]:
-            self._curated(request)
-            return chunks()
-
         if request is None:
             out: Outcome[AsyncIterator[AIMessageChunk]] = Outcome(chunks(), None)
         else:
-            try:
-                out = await self.tricache.astream(request, opened, CHAT.combine, CHAT.areplay,
-                                                  **self._options(flags))  # fmt: skip
-            except _Curated as curated:
-                for chunk in CHAT.replayed(curated.message, {"tier": "faq"}):
-                    yield chunk
-                return
+            out = await self.tricache.astream(request, chunks, CHAT.combine, CHAT.areplay,
+                                              **self._options(flags))  # fmt: skip
         async for chunk in CHAT.asaid_stream(out):
             yield chunk
 
@@ -273,28 +251,10 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
                          "ttl": options.get("ttl")}  # fmt: skip
 
     def _options(self, flags: dict[str, Any]) -> dict[str, Any]:
-        return {**flags, "coalescer": self._coalescer}
-
-    def _curated(self, request: CacheRequest | None) -> None:
-        """The app's FAQ hook (``faq=``), asked after the cache missed and before the model:
-        its answer ends the call (raised as ``_Curated`` out of the flow; never stored)."""
-        if self.faq is None or request is None:
-            return
-        answer = self.faq(request)
-        if answer is not None:
-            message = AIMessage(answer, response_metadata={"tricache": {"tier": "faq"}})
-            raise _Curated(message)
-
-
-class _Curated(Exception):
-    """The FAQ hook's answer, leaving the flow (which would ask the model next)."""
-
-    def __init__(self, message: AIMessage) -> None:
-        self.message = message
-
-    @property
-    def result(self) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.message)])
+        """What the flow takes besides the request: the flags, the coalescer and the app's
+        FAQ hook (``faq=``: asked when every tier missed, its answer served as a FAQ hit and
+        never stored)."""
+        return {**flags, "coalescer": self._coalescer, "curated": self.faq}
 
 
 def _as_message(output: Any) -> AIMessage:

@@ -323,18 +323,24 @@ def test_the_faq_hook_answers_streams_after_one_lookup(core: Cache) -> None:
     def lookups() -> int:
         return int(core.stats().get("requests", {}).get("lookups", 0))
 
-    before = lookups()
+    def model_calls() -> int:
+        return int(core.stats().get("requests", {}).get("model_calls", 0))
+
+    before, called = lookups(), model_calls()
     chunks = list(model.stream("What is your refund policy?"))
     assert "".join(str(c.content) for c in chunks) == "Curated."
     assert chunks[0].response_metadata["tricache"]["tier"] == "faq"
-    assert lookups() == before + 1
+    assert chunks[0].response_metadata["tricache"]["level"] == "app"  # the app's, a lookup's
+    assert lookups() == before + 1 and model_calls() == called  # (no model was asked)
+    reply = model.invoke("What is your refund policy?")
+    assert reply.content == "Curated." and model_calls() == called
 
     async def astreamed() -> list[Any]:
         return [c async for c in model.astream("What is your refund policy?")]
 
     chunks = asyncio.run(astreamed())
     assert "".join(str(c.content) for c in chunks) == "Curated."
-    assert lookups() == before + 2
+    assert lookups() == before + 3 and model_calls() == called
     assert core.lookup(core.request("What is your refund policy?")) is None  # never stored
     before = lookups()
     chunks = list(model.stream("What is the capital of Peru?"))  # the hook declines

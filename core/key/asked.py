@@ -19,13 +19,16 @@ __all__ = ["Asked", "ask"]
 class Asked:
     """``request`` with what every tier needs from it, each worked out once."""
 
-    __slots__ = ("_cacheable", "key", "located", "request")
+    __slots__ = ("_cacheable", "curated", "key", "located", "request")
 
     def __init__(self, request: CacheRequest, key: str, located: Located | None) -> None:
         self.request = request
         self.key = key  # the exact-tier key (``exact_key``)
         self.located = located  # the question in the last message and its frame (None: unclear)
         self._cacheable: bool | None = None
+        # the app's own curated answer for this call (``Cache.answer(curated=)``), asked when
+        # every tier missed: its text, or None
+        self.curated: Callable[[CacheRequest], str | None] | None = None
 
     def cacheable(self, judge: Callable[[str], bool]) -> bool:
         """``judge(self.question)``: may its answer be cached (it depends neither on the time
