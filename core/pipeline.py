@@ -151,8 +151,9 @@ class Pipeline:
             found = yield from self.exact.get_steps(asked)
         if found is not None:
             return self._unlabelled(asked, self._exact_hit(found) or self._curated(asked))
-        hit = (yield Off(self._after_exact, asked, faq)) if semantic else None  # (embedding: a
-        hit = hit or self._curated(asked)  # thread in async)
+        # (the semantic tier embeds: in a thread when async)
+        hit = (yield Off(self._after_exact, asked, faq)) if semantic else None
+        hit = hit or self._curated(asked)
         if hit is not None:  # a miss answered by another tier: no answer will be written
             self.exact.settle(asked.key)
         return self._unlabelled(asked, hit)
