@@ -26,6 +26,8 @@ import sys
 from types import CodeType, FrameType
 from typing import Any
 
+from langchain_core.runnables.config import var_child_runnable_config
+
 from tricache.key.options import options_from
 
 __all__ = ["install", "run_options"]
@@ -62,21 +64,8 @@ def run_options(run_manager: Any = None) -> dict[str, Any]:
         run_manager = _calling_run(sys._getframe(1))
     if run_manager is not None and isinstance(getattr(run_manager, "metadata", None), dict):
         return options_from(run_manager.metadata)
-    config = _child_config().get() or {}
+    config = var_child_runnable_config.get() or {}
     return options_from(config.get("metadata"))
-
-
-def _child_config() -> Any:
-    """LangChain's context variable of the enclosing step's config (imported once)."""
-    global _CHILD_CONFIG
-    if _CHILD_CONFIG is None:
-        from langchain_core.runnables.config import var_child_runnable_config
-
-        _CHILD_CONFIG = var_child_runnable_config
-    return _CHILD_CONFIG
-
-
-_CHILD_CONFIG: Any = None
 
 
 def _calling_run(frame: FrameType | None) -> Any:
