@@ -21,6 +21,7 @@ from pathlib import Path
 from decision import read_stream
 
 from tricache import Cache, Exact, Semantic
+from tricache.key.asked import ask
 
 OUT = Path(__file__).resolve().parent / "results" / "agreement_cost.md"
 
@@ -52,7 +53,7 @@ def main() -> None:
                 cache = caches[on]
                 request = cache.request(query.text + " ")  # (past the exact tier's L1)
                 start = time.perf_counter()
-                cache.semantic.lookup(request, cache.exact.fetch)  # type: ignore[union-attr]
+                cache.semantic.lookup(ask(request, ""), cache.exact.fetch)  # type: ignore[union-attr]
                 took[on].append((time.perf_counter() - start) * 1000)
         for cache in caches.values():
             cache.close()

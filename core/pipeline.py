@@ -191,8 +191,7 @@ class Pipeline:
         found = None
         with TierFrame(self.metrics, "semantic", "semantic lookup",
                         partial(self._search_failed, tier)):  # fmt: skip
-            found = tier.lookup(asked.request, self.exact.fetch, asked.key, located=asked.located,
-                                cacheable=partial(asked.cacheable, self.tiers.judge))  # fmt: skip
+            found = tier.lookup(asked, self.exact.fetch)
             self.tiers.breaker.success()
         if found is None:
             return None

@@ -20,6 +20,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from tricache.key.asked import ask
 from tricache.key.entry import CacheEntry
 from tricache.key.request import CacheRequest
 from tricache.semantic.embed import get_embedder
@@ -544,26 +545,26 @@ def test_the_semantic_tier_on_the_query_engine(search_server: SearchServer) -> N
         ref = store("How do I reset my password?", "Use 'Forgot password'.")
         store("What is my plan?", "alice: Pro", tenant="alice")
 
-        def ask(question: str, **kw: Any) -> Any:
-            return reader.lookup(CacheRequest(question, namespace=NS, **kw), entries.get)
+        def looked_up(question: str, **kw: Any) -> Any:
+            return reader.lookup(ask(CacheRequest(question, namespace=NS, **kw), ""), entries.get)
 
-        hit = ask("How can I reset my password?")  # a paraphrase, found by another process
+        hit = looked_up("How can I reset my password?")  # a paraphrase, found by another process
         assert hit is not None and hit.ref == ref and hit.entry.text == "Use 'Forgot password'."
         assert 0.9 <= hit.score <= 1.0 and hit.question == "How do I reset my password?"
-        same = ask("how do i reset my password")  # the same question in another form
+        same = looked_up("how do i reset my password")  # the same question in another form
         assert same is not None and same.ref == ref
         for look_alike in ("How do I not reset my password?", "How do I reset my email?"):
-            assert ask(look_alike) is None, look_alike
+            assert looked_up(look_alike) is None, look_alike
         assert reader.metrics.snapshot()["semantic"].get("guard_polarity.negation", 0) >= 1
-        assert ask("What's my plan?", tenant="bob") is None  # another tenant's scope
-        assert ask("What's my plan?", tenant="alice") is not None
+        assert looked_up("What's my plan?", tenant="bob") is None  # another tenant's scope
+        assert looked_up("What's my plan?", tenant="alice") is not None
 
         del entries[ref]  # the answer expired or went stale: its point is a miss, then goes
-        assert ask("How can I reset my password?") is None
+        assert looked_up("How can I reset my password?") is None
         assert until(lambda: index.count() == 1)
-        assert ask("How can I reset my password?") is None
+        assert looked_up("How can I reset my password?") is None
         writer.clear(NS)
-        assert index.count() == 0 and ask("What's my plan?", tenant="alice") is None
+        assert index.count() == 0 and looked_up("What's my plan?", tenant="alice") is None
     finally:
         index.close()
         other_process.close()

@@ -2,14 +2,16 @@
 
 ``Cache`` builds one ``Asked`` per lookup, update or model call (``Cache.answer``: the lookup
 and the write-back share it); the exact tier reads its key, the semantic tier and the FAQ its
-located question, the learning its key, and every tier the one verdict on whether it may be
-cached.  Nothing downstream locates the question, derives the key or judges it again.
+located question and its folded form, the learning its key, and every tier the one verdict on
+whether it may be cached.  Nothing downstream locates the question, derives the key, folds or
+judges it again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from .forms import folded
 from .question import Located, locate
 from .request import CacheRequest
 
@@ -19,28 +21,36 @@ __all__ = ["Asked", "ask"]
 class Asked:
     """``request`` with what every tier needs from it, each worked out once."""
 
-    __slots__ = ("_cacheable", "curated", "key", "located", "request")
+    __slots__ = ("_cacheable", "_folded", "curated", "key", "located", "request")
 
     def __init__(self, request: CacheRequest, key: str, located: Located | None) -> None:
         self.request = request
         self.key = key  # the exact-tier key (``exact_key``)
         self.located = located  # the question in the last message and its frame (None: unclear)
         self._cacheable: bool | None = None
+        self._folded: str | None = None
         # the app's own curated answer for this call (``Cache.answer(curated=)``), asked when
         # every tier missed: its text, or None
         self.curated: Callable[[CacheRequest], str | None] | None = None
 
     def cacheable(self, judge: Callable[[str], bool]) -> bool:
-        """``judge(self.question)``: may its answer be cached (it depends neither on the time
+        """``judge(self.folded)``: may its answer be cached (it depends neither on the time
         nor on the asker)?  Judged at the first tier that asks; the others read the verdict."""
         if self._cacheable is None:
-            self._cacheable = judge(self.question)
+            self._cacheable = judge(self.folded)
         return self._cacheable
 
     @property
     def question(self) -> str:
         """The question: the located one, else the whole last message."""
         return self.located.question if self.located is not None else self.request.query
+
+    @property
+    def folded(self) -> str:
+        """The question's canonical text (``forms.folded``): what every comparison sees."""
+        if self._folded is None:
+            self._folded = folded(self.question)
+        return self._folded
 
     @property
     def tags(self) -> tuple[str, ...]:

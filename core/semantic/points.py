@@ -101,9 +101,10 @@ def draft(
 
 
 def judged(question: str, cacheable: Callable[[str], bool]) -> bool:
-    """``cacheable`` (the time-dependence rule, ``is_cacheable``) on ``question``'s canonical
-    form: "Hi, how do I …" asks how.  The one form every tier judges."""
-    return cacheable(canonical(folded(question)))
+    """``cacheable`` (the time-dependence rule, ``is_cacheable``) on the canonical form of
+    ``question``, given folded (``Asked.folded``): "Hi, how do I …" asks how.  The one form
+    every tier judges."""
+    return cacheable(canonical(question))
 
 
 def skip_reason(located: Located | None, cacheable: Callable[[], bool]) -> str | None:

@@ -25,10 +25,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from ..exact.link import StoreUnavailable
+from ..key.asked import Asked
 from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
@@ -208,47 +210,36 @@ class SemanticTier:
 
     # lookup --------------------------------------------------------------------------------
     def lookup(
-        self,
-        request: CacheRequest,
-        resolve: Callable[[str], CacheEntry | None],
-        key: str = "",
-        *,
-        located: Located | _Unset | None = _UNSET,
-        cacheable: Callable[[], bool] | None = None,
+        self, asked: Asked, resolve: Callable[[str], CacheEntry | None]
     ) -> SemanticHit | None:
-        """The best guarded match for ``request``; ``resolve`` turns a stored reference into
-        the current entry (``None`` when it expired or went stale, ``StoreUnavailable`` when
-        that cannot be known now).  ``key`` (the request's exact key) lets a miss be labelled
-        by the answer the LLM gives it (``learning``).  ``located`` and ``cacheable()``: the
-        question and the verdict on it, when the caller has them already (``key.asked``)."""
+        """The best guarded match for the request ``asked`` analysed; ``resolve`` turns a
+        stored reference into the current entry (``None`` when it expired or went stale,
+        ``StoreUnavailable`` when that cannot be known now).  A miss is labelled by the answer
+        the LLM gives to ``asked.key`` (``learning``)."""
+        request = asked.request
         decision = Decision(digest(request.query), namespace=request.namespace)
-        if isinstance(located, _Unset):
-            located = locate(request.query, self.max_chars)
-        verdict = cacheable or self._judge(located)
         if request.tags:
             resolve = _declaring(resolve, request.tags)
         try:
-            return self._decide(request, located, verdict, resolve, decision, key)
+            return self._decide(asked, resolve, decision)
         finally:
             if self.audit is not None:
                 self.audit.record(decision)
 
     def _decide(
         self,
-        request: CacheRequest,
-        located: Located | None,
-        cacheable: Callable[[], bool],
+        asked: Asked,
         resolve: Callable[[str], CacheEntry | None],
         decision: Decision,
-        key: str,
     ) -> SemanticHit | None:
-        skip = skip_reason(located, cacheable)
+        request, located, key = asked.request, asked.located, asked.key
+        skip = skip_reason(located, partial(asked.cacheable, self._judged))
         if skip is not None:
             decision.skipped = skip
             self.metrics.incr(TIER, f"skipped_{skip}")
             return None
         assert located is not None
-        question = folded(located.question)  # the canonical form: what every comparison sees
+        question = asked.folded  # the canonical form: what every comparison sees
         where = {"scope": self._scope(request, located)["scope"]}
         pool = self.pool(request, question)
         decision.pool, decision.question = pool, question  # (for a review of any outcome)
@@ -508,9 +499,13 @@ class SemanticTier:
                 self.metrics.incr(TIER, "hostile_points")
         return kept
 
+    def _judged(self, question: str) -> bool:
+        """The verdict on a folded question (``points.judged``)."""
+        return judged(question, self.cacheable)
+
     def _judge(self, located: Located | None) -> Callable[[], bool]:
-        """The verdict on ``located``'s question, worked out when asked (``points.judged``)."""
-        return lambda: located is not None and judged(located.question, self.cacheable)
+        """The verdict on ``located``'s question, worked out when asked."""
+        return lambda: located is not None and self._judged(folded(located.question))
 
     def threshold_for(self, category: str | None, pool: str | None = None) -> float:
         """The threshold for a category: the calibrated one, or the one ``pool``'s labels
