@@ -19,6 +19,7 @@ sources are the same files, the first process on a machine copies them instead o
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 from .home import data_dir, private_dir
 
-__all__ = ["RecordTable", "WordTable", "record_table", "served", "word_table"]
+__all__ = ["RecordTable", "WordTable", "record_table", "served", "word_list", "word_table"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,15 @@ class RecordTable:
 
     def keys(self, prefix: str) -> Iterator[str]:
         return iter(self._trie.keys(prefix))
+
+
+@functools.cache
+def word_list(path: Path) -> tuple[str, ...]:
+    """The words or phrases of a UTF-8 text file shipped with the package (the guards' word
+    lists, ``semantic/guards/words/*.txt``): one a line, stripped, in file order; blank lines
+    and lines starting with ``#`` left out.  Read once per process."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return tuple(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))
 
 
 def word_table(name: str, sources: Iterable[Path], words: Callable[[], Iterable[str]]) -> WordTable:

@@ -38,15 +38,15 @@ __all__ = ["about_its_words", "canonical"]
 _PUNCT = r"[\s,.!?:;…~\-–—，。！？：；、～]"
 
 
-def _phrases(text: str) -> list[str]:
-    """Phrases of a ';'-separated list, longest first (so "hi there" wins over "hi"), as
-    regular expressions: an apostrophe may be typed, curly or missing ("don't", "dont")."""
-    items = sorted({p.strip() for p in text.split(";") if p.strip()}, key=len, reverse=True)
+def _phrases(listed: tuple[str, ...]) -> list[str]:
+    """Phrases of a list, longest first (so "hi there" wins over "hi"), as regular
+    expressions: an apostrophe may be typed, curly or missing ("don't", "dont")."""
+    items = sorted({p.strip() for p in listed if p.strip()}, key=len, reverse=True)
     return [re.escape(p).replace("'", "['’]?").replace(r"\ ", r"\s+") for p in items]
 
 
-def _alternation(*lists: str) -> str:
-    return "|".join(p for text in lists for p in _phrases(text))
+def _alternation(*lists: tuple[str, ...]) -> str:
+    return "|".join(p for listed in lists for p in _phrases(listed))
 
 
 # English words end at a non-letter; Chinese phrases need no boundary.

@@ -46,6 +46,9 @@ from .lexicon import (
     STOPWORDS_EN,
     STOPWORDS_ZH,
     WH_EN,
+    phrases,
+    table,
+    words,
 )
 from .roles import negated_verb, person
 
@@ -246,8 +249,8 @@ def order(a: Analysis, b: Analysis) -> str | None:
     return None if permutation == sorted(permutation) else "order"
 
 
-_QUANTIFIERS_EN = frozenset("every all each".split())
-_QUANTIFIERS_ZH = ("所有", "每个", "每一个", "任何", "凡是", "一切")
+_QUANTIFIERS_EN = words("quantifiers_en")
+_QUANTIFIERS_ZH = phrases("quantifiers_zh")
 _DO_SUPPORT = re.compile(r"\b(?:which|what|who|whom)\b(?:\s+[a-z]+)?\s+(?:do|does|did)\b")
 
 
@@ -370,7 +373,7 @@ def _tied(tokens: tuple[str, ...], tie: str) -> tuple[str, str] | None:
 
 _QUESTION_NUMERAL = re.compile("^(?:几|多少)")
 # Particles that tie one word to another: on which side of one a word stands is what it means
-_TIES_ZH = frozenset("的 到 给 把 被 比 向 往 对 从 替 让 叫 在 等于".split())
+_TIES_ZH = words("ties_zh")
 
 
 _CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
@@ -387,8 +390,8 @@ def _passive(a: Analysis) -> bool:
     return False
 
 
-_BE = frozenset("is are was were be been being".split())
-_PARTICIPLES = frozenset("done made given taken seen known shown written built paid sent".split())
+_BE = words("be_en")
+_PARTICIPLES = words("participles_en")
 
 
 def _order_sequence(a: Analysis) -> list[str]:
@@ -405,7 +408,7 @@ def _order_sequence(a: Analysis) -> list[str]:
     return out
 
 
-_PRONOUN_CHARS = frozenset("我你您他她它")
+_PRONOUN_CHARS = words("pronoun_chars_zh")
 # A possessive is not the person acting: "How do I delete my account" / "the way to delete
 # my account" ("her" is either, and stays a person)
 _ORDER_PERSONS = {
@@ -574,7 +577,7 @@ def apostrophe(a: Analysis, b: Analysis) -> str | None:
 
 _LATIN = re.compile(r"[a-z]+")
 _APOSTROPHED = re.compile(r"\b[a-z]+(?:['’][a-z]+)+")
-_READ_AS_NEGATION = frozenset(("cant", "wont"))
+_READ_AS_NEGATION = words("read_as_negation_en")
 
 
 def case(a: Analysis, b: Analysis) -> str | None:
@@ -665,14 +668,9 @@ def _form_of(a: Analysis) -> str | None:
     return "yes/no" if first in _AUXILIARIES_EN else None
 
 
-_FACT_EN = frozenset("what when where who whom whose why which how".split())
-_AUXILIARIES_EN = frozenset(
-    "is are am was were do does did can could will would should shall may might must have has "
-    "had".split()
-)
-_FACT_ZH = tuple(
-    "什么 怎么 怎样 如何 哪 谁 为什么 为何 多少 几 多久 多长 多大 多高 多远 啥 咋".split()
-)
+_FACT_EN = words("fact_en")
+_AUXILIARIES_EN = words("auxiliaries_en")
+_FACT_ZH = phrases("fact_zh")
 _YES_NO_ZH = re.compile(r"吗[?？]?$|是不是|能不能|可不可以|有没有|会不会|要不要|对不对|行不行")
 
 
@@ -719,9 +717,7 @@ def _clause_tenses(a: Analysis) -> list[str | None]:
     return [_english_tense(tuple(c)) for c in clauses]
 
 
-_CLAUSE_WORDS_EN = frozenset(
-    "that which who whom whose when if after before because while since until once".split()
-)
+_CLAUSE_WORDS_EN = words("clause_words_en")
 
 
 def _aspect_zh(a: Analysis) -> str | None:
@@ -758,8 +754,8 @@ def _leading_mood(a: Analysis) -> str | None:
     return _MOODS_EN.get(first) if first in _LEADING_MODALS else None
 
 
-_ASPECTS_ZH = frozenset("了 过 着 到".split())
-_LEADING_MODALS = frozenset("can could may might must should will would shall".split())
+_ASPECTS_ZH = words("aspects_zh")
+_LEADING_MODALS = words("leading_modals_en")
 
 
 def _tense(a: Analysis) -> str | None:
@@ -800,42 +796,18 @@ def _participle_follows(tokens: tuple[str, ...]) -> bool:
     return False
 
 
-_HAVE = frozenset(("has", "have"))
-_IRREGULAR_PARTICIPLES = frozenset(
-    "arisen awoken beaten become begun bent bet bitten bled blown broken brought built burnt "
-    "burst bought caught chosen come cost crept cut dealt done drawn dreamt drunk driven eaten "
-    "fallen fed felt fought found fled flown forbidden forgotten forgiven frozen given gone got "
-    "gotten grown hung heard hidden held hurt kept knelt known laid led learnt left lent lain "
-    "lit lost made meant met paid proven quit ridden rung risen run said seen sought sold sent "
-    "set shaken shone shot shown shrunk shut sung sunk sat slept slid spoken spent spun split "
-    "spread sprung stood stolen stuck stung struck sworn swept swum taken taught torn told "
-    "thought thrown understood woken worn woven wept won written".split()
-)
+_HAVE = words("have_en")
+_IRREGULAR_PARTICIPLES = words("irregular_participles_en")
 
 
-_MOODS_EN = {
-    **dict.fromkeys(("can", "could"), "can"),
-    **dict.fromkeys(("may", "might"), "may"),
-    **dict.fromkeys(("must", "need", "needs", "required"), "must"),
-    **dict.fromkeys(("should", "ought"), "should"),
-    **dict.fromkeys(("will", "would", "shall"), "will"),
-}
-_MOOD_PHRASES_EN = {
-    **dict.fromkeys(("have", "has", "had", "got"), "must"),
-    "able": "can",
-    "allowed": "may",
-    "supposed": "should",
-    "going": "will",
-}
-_PERMITTED_EN = frozenset("okay ok alright fine acceptable permitted possible legal".split())
-_REQUESTS_EN = frozenset("can could will would".split())
-_ASKED_EN = frozenset(
-    "please tell show help give let find send check book remind explain describe list "
-    "recommend suggest".split()
-)
-_DO = frozenset(("do", "does", "did"))
-_PAST_EN = frozenset("was were did had".split())
-_NOW_EN = frozenset("is are am do does has have".split())
+_MOODS_EN = table("moods_en")
+_MOOD_PHRASES_EN = table("mood_phrases_en")
+_PERMITTED_EN = words("permitted_en")
+_REQUESTS_EN = words("requests_en")
+_ASKED_EN = words("asked_en")
+_DO = words("do_en")
+_PAST_EN = words("past_en")
+_NOW_EN = words("now_en")
 
 
 def focus(a: Analysis, b: Analysis) -> str | None:

@@ -11,29 +11,19 @@ from __future__ import annotations
 import re
 
 from .analysis import Analysis
-from .lexicon import RELATIONS_EN
+from .lexicon import RELATIONS_EN, table, words
 
 __all__ = ["negated_verb", "person"]
 
 # Chinese personal pronouns by person, longest first (我们 before 我): 您 is a polite 你, and
 # number is left out (你 / 你们 are swapped freely in questions asked of an assistant)
-_ZH_PERSONS = {"我们": "1", "咱们": "1", "你们": "2", "他们": "3", "她们": "3", "它们": "3",
-               "我": "1", "你": "2", "您": "2", "他": "3", "她": "3", "它": "3"}  # fmt: skip
+_ZH_PERSONS = table("persons_zh")
 _ZH_PRONOUN = re.compile("|".join(sorted(_ZH_PERSONS, key=len, reverse=True)))
 # English words that address the one asked: a possessive, or "you" after a preposition
-_ADDRESSEE = frozenset(("your", "yours", "yourself", "yourselves"))
-_PERSON_WORDS = frozenset("you your yours yourself yourselves my mine our ours".split())
+_ADDRESSEE = words("addressee_en")
+_PERSON_WORDS = words("person_words_en")
 # The verb a negation sits on, by class ("don't" and "didn't" both "do"; tense is not here)
-_AUXILIARY = {
-    **dict.fromkeys(("do", "does", "did"), "do"),
-    **dict.fromkeys(("can", "could"), "can"),
-    **dict.fromkeys(("will", "would", "shall"), "will"),
-    **dict.fromkeys(("may", "might"), "may"),
-    **dict.fromkeys(("is", "are", "am", "was", "were", "be"), "be"),
-    **dict.fromkeys(("has", "have", "had"), "have"),
-    "should": "should",
-    "must": "must",
-}
+_AUXILIARY = table("auxiliary_en")
 
 
 def person(a: Analysis, b: Analysis) -> str | None:
