@@ -265,7 +265,7 @@ def test_unknown_recognizer_is_a_clear_error() -> None:
 
 
 def test_an_irregular_form_stems_as_its_base_does() -> None:
-    from tricache.semantic.guards.checks import _stem
+    from tricache.semantic.guards.rules.shared import stem as _stem
 
     assert _stem("made") == _stem("make") and _stem("lost") == _stem("lose")
     assert _stem("did") == _stem("do")

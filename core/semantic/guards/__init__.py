@@ -4,17 +4,20 @@ Which file owns what:
 
 - ``analysis.py``: ``Analysis`` (what the guards know about one question), ``analyze`` that
   builds it (memoized), ``use_entity_recognizer``, and the text helpers they use.
-- ``checks.py``: the guards: the ``Guard`` type, each guard, ``DEFAULT_GUARDS``, ``check``
-  that runs them on two questions, ``any_substitution`` and ``warm_up``.
-- ``roles.py``: the guards on who is meant (``person``, ``negated_verb``).
+- ``rules/``: the rules, one module per family (``literal``, ``polarity``, ``quantity``,
+  ``entity``, ``question``, ``structure``, ``mood``, ``person``, ``content``; ``shared``: the
+  stem and content words several read).
+- ``checks.py``: the table of rules: the ``Guard`` type, ``DEFAULT_GUARDS`` (their order),
+  ``RULE_IDS``, ``HARD_RULES``, ``check`` that runs them on two questions,
+  ``any_substitution`` and ``warm_up``.
 - ``cacheable.py``: ``is_cacheable`` (is a question's answer time- or asker-dependent).
 - ``canonical.py``: the canonical form the guards compare (greetings, fillers, thanks off).
 - ``entities.py``: the names an analysis holds (rules, or spaCy on top).
 - ``segmenter.py``: jieba's tagger over the word tables (``runtime/tables.py``).
-- ``lexicon.py``: the English and Chinese word lists.
+- ``lexicon.py``: the English and Chinese word lists, read from ``words/*.txt``.
 
 Imports run one way, each module only from those listed before it: ``lexicon`` and
-``segmenter``; ``canonical`` and ``entities``; ``analysis``; ``roles``; ``checks``.
+``segmenter``; ``canonical`` and ``entities``; ``analysis``; ``rules``; ``checks``.
 ``cacheable`` imports none of them.
 """
 

@@ -1,0 +1,345 @@
+"""Structure rules (``structure.*``): who does what to whom: the order of the words the
+questions share, and the closed-class words that relate them (prepositions, and / or,
+persons, degrees, a passive's agent)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+from ....key.script import CJK
+from ..analysis import Analysis, analyze
+from ..lexicon import (
+    NEGATIONS_EN,
+    PERSONS_EN,
+    RELATIONS_EN,
+    STOPWORDS_ZH,
+    WH_EN,
+    phrases,
+    words,
+)
+from .shared import content, stem
+
+
+def order(a: Analysis, b: Analysis) -> str | None:
+    """ "Is A better than B" vs "Is B better than A", "A比B好" vs "B比A好".
+
+    The content words the two questions share must keep their order; in Chinese up to moving
+    one block to the front or the end ("怎么重置密码" vs "密码怎么重置" is the same question;
+    moving a word into the middle re-attaches it: "the original version … the mild edition" vs
+    "the mild version … the original edition")."""
+    if a.zh and b.zh and (_zh_reordered(a, b) or _copula_swapped(a, b)):
+        return "order"  # (by where words stand: jieba may split the two texts apart)
+    owned_b = set(_POSSESSIVE.findall(b.text))
+    if any((y, x) in owned_b and x != y for x, y in _POSSESSIVE.findall(a.text)):
+        return "order"  # "a husband's brother" / "a brother's husband"
+    seq_a, seq_b = _order_sequence(a), _order_sequence(b)
+    common = Counter(seq_a) & Counter(seq_b)
+    if sum(common.values()) < 2:
+        return None
+    positions: dict[tuple[str, int], int] = {}
+    seen: Counter[str] = Counter()
+    for token in seq_b:
+        if common[token]:
+            positions[token, seen[token]] = len(positions)
+            seen[token] += 1
+    seen.clear()
+    permutation = []
+    for token in seq_a:
+        if (token, seen[token]) in positions:
+            permutation.append(positions[token, seen[token]])
+            seen[token] += 1
+    # Chinese moves a topic to the front ("密码怎么重置"), and so does an English paraphrase
+    # of three words or more ("lose weight fast" / "fastest way to lose weight"); two shared
+    # words swapped are a relation reversed: "Who defeated Napoleon?" / "Who did Napoleon
+    # defeat?", "What do snakes eat?" / "What eats snakes?"
+    # a passive without its agent turns the object around: "Does it include support?" / "Is
+    # support included?" (with an agent, "by", the relation guard decides)
+    # ... within one clause: across a comma a moved block changes what belongs to what
+    # ("他出生于A，在B去世" / "他出生于B，去世于A")
+    long_enough = sum(t not in _NOT_COUNTED for t in common.elements()) >= 3
+    zh = (a.zh or b.zh) and not (_CLAUSE_BREAK.search(a.text) or _CLAUSE_BREAK.search(b.text))
+    # ... but not where the order is the roles: a universal quantifier's scope ("Is every
+    # integer a rational number?" / "Is every rational number an integer?"), or a question
+    # whose subject moved after do-support ("Which animals eat snakes?" / "Which animals do
+    # snakes eat?")
+    strict = _quantified(a) or _quantified(b) or _do_support(a) != _do_support(b)
+    rotation_allowed = zh or (not (a.zh or b.zh) and long_enough) or _passive(a) != _passive(b)
+    if rotation_allowed and not strict:
+        return None if _rotation(permutation) else "order"
+    return None if permutation == sorted(permutation) else "order"
+
+
+_QUANTIFIERS_EN = words("quantifiers_en")
+
+
+_QUANTIFIERS_ZH = phrases("quantifiers_zh")
+
+
+_DO_SUPPORT = re.compile(r"\b(?:which|what|who|whom)\b(?:\s+[a-z]+)?\s+(?:do|does|did)\b")
+
+
+def _quantified(a: Analysis) -> bool:
+    if a.zh:
+        return any(q in a.text for q in _QUANTIFIERS_ZH)
+    return any(t in _QUANTIFIERS_EN for t in a.tokens)
+
+
+def _do_support(a: Analysis) -> bool:
+    return not a.zh and bool(_DO_SUPPORT.search(a.text))
+
+
+def _copula_swapped(a: Analysis, b: Analysis) -> bool:
+    """ "正方形都是长方形吗" / "长方形都是正方形吗": words on either side of one 是 trade
+    sides."""
+    if a.text.count("是") != 1 or b.text.count("是") != 1 or "是不是" in a.text + b.text:
+        return False
+    words = {t for t in (*a.tokens, *b.tokens) if CJK.match(t) and t not in STOPWORDS_ZH}
+    words = {w for w in words if "是" not in w and a.text.count(w) == 1 == b.text.count(w)}
+    cut_a, cut_b = a.text.index("是"), b.text.index("是")
+    to_right = any(a.text.index(w) < cut_a < b.text.index(w) for w in words)
+    to_left = any(b.text.index(w) < cut_b < a.text.index(w) for w in words)
+    return to_right and to_left
+
+
+_POSSESSIVE = re.compile(r"\b([a-z]+)['’]s\s+([a-z]+)\b")
+
+
+def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
+    """The order in ``b`` of the words the two Chinese questions share, found by where their
+    characters stand in each text rather than by jieba's words, which split one phrasing
+    differently from the other ("转账到微信" → 到微 / 信).  The words are both sides' content
+    words and the particles that tie two of them (的, 到, 给, 把 …: "妈妈的哥哥" is not "哥哥的
+    妈妈"), each counted only where it occurs exactly once in each text."""
+    if len(a.text) + len(b.text) > 4000:
+        return []  # (bounded time: the tier never compares questions this long)
+    words = {t for t in (*a.tokens, *b.tokens) if CJK.match(t) or t.isalnum()}
+    words = {w for w in words if w not in STOPWORDS_ZH or w in _TIES_ZH}
+    spots = []
+    for word in words:
+        if a.text.count(word) == 1 and b.text.count(word) == 1:
+            spots.append((a.text.index(word), b.text.index(word), word))
+    inside = {part for *_, w in spots for part in _parts(w)}  # 微 of 微信 is no word here
+    spots = [s for s in spots if s[2] not in inside]
+    in_b = sorted(range(len(spots)), key=lambda i: spots[i][1])
+    rank = {i: r for r, i in enumerate(in_b)}
+    return [rank[i] for i in sorted(range(len(spots)), key=lambda i: spots[i][0])]
+
+
+def _zh_reordered(a: Analysis, b: Analysis) -> bool:
+    """Two Chinese questions whose shared words, or the words a particle ties, stand in
+    another order, in the whole or clause by clause."""
+    return any(
+        _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
+    )
+
+
+def _zh_clauses(a: Analysis, b: Analysis) -> list[tuple[Analysis, Analysis]]:
+    """The two questions, and clause by clause when both have as many (a word that recurs in
+    the whole, 甲 in "甲欠乙的钱，乙能起诉甲吗", occurs once in its clause)."""
+    pairs = [(a, b)]
+    clauses_a, clauses_b = _CLAUSE_SPLIT.split(a.text), _CLAUSE_SPLIT.split(b.text)
+    if 1 < len(clauses_a) == len(clauses_b) <= 8:
+        pairs += [(analyze(x), analyze(y)) for x, y in zip(clauses_a, clauses_b, strict=True)]
+    return pairs
+
+
+_CLAUSE_SPLIT = re.compile(r"\s*[，,；;]\s*")
+
+
+def _parts(word: str) -> Iterator[str]:
+    """Every shorter piece of ``word``."""
+    n = len(word)
+    return (word[i:j] for i in range(n) for j in range(i + 1, n + 1) if j - i < n)
+
+
+def _ties_swapped(a: Analysis, b: Analysis) -> bool:
+    """A particle that ties two words ties them the other way round: "1公斤等于几斤" / "1斤等于
+    几公斤" (a question numeral glued to its unit by jieba is set aside: 几斤 → 斤), by words or,
+    where jieba glued the particle to a neighbour (考研比考公 → 比考 / 公难), by characters."""
+    for tie in _TIES_ZH:
+        sides_a, sides_b = _tied(a.tokens, tie), _tied(b.tokens, tie)
+        if sides_a and sides_b and sides_a != sides_b and sides_a == sides_b[::-1]:
+            return True
+        if a.text.count(tie) == 1 == b.text.count(tie) and _swapped_around(a.text, b.text, tie):
+            return True
+    return False
+
+
+def _swapped_around(x: str, y: str, tie: str) -> bool:
+    """ "…X比Y…" against "…Y比X…": what stands right before the tie in one text starts the
+    text after it in the other, one way or both ("被狗咬了" / "狗被咬了": who was bitten,
+    the one who asks or the dog), and differs."""
+    left_x, right_x = x.split(tie)
+    left_y, right_y = y.split(tie)
+    first = _overlap(left_x, right_y)
+    second = _overlap(left_y, right_x)
+    return bool((first or second) and first != second)
+
+
+def _overlap(left: str, right: str) -> str:
+    """The longest end of ``left`` that ``right`` starts with (Chinese characters only)."""
+    for n in range(min(len(left), len(right)), 0, -1):
+        if left[-n:] == right[:n] and CJK.match(left[-n]):
+            return left[-n:]
+    return ""
+
+
+def _tied(tokens: tuple[str, ...], tie: str) -> tuple[str, str] | None:
+    """The content words on either side of ``tie`` when it occurs once."""
+    if tokens.count(tie) != 1:
+        return None
+    at = tokens.index(tie)
+    words = [_QUESTION_NUMERAL.sub("", t) for t in tokens]
+    left = [w for w in words[:at] if w and w not in STOPWORDS_ZH]
+    right = [w for w in words[at + 1 :] if w and w not in STOPWORDS_ZH]
+    return (left[-1], right[0]) if left and right else None
+
+
+_QUESTION_NUMERAL = re.compile("^(?:几|多少)")
+
+
+# Particles that tie one word to another: on which side of one a word stands is what it means
+_TIES_ZH = words("ties_zh")
+
+
+_CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
+
+
+# Question words and quantifiers do not make a paraphrase long enough to move a word in
+_NOT_COUNTED = WH_EN | words("not_counted_en")
+
+
+def _passive(a: Analysis) -> bool:
+    """A form of "be" followed by a past participle ("is … included")."""
+    tokens = a.tokens
+    for i, token in enumerate(tokens):
+        if token in _BE and any(t.endswith("ed") or t in _PARTICIPLES for t in tokens[i + 1 :]):
+            return True
+    return False
+
+
+_BE = words("be_en")
+
+
+_PARTICIPLES = words("participles_en")
+
+
+def _order_sequence(a: Analysis) -> list[str]:
+    """Content words for the order guard: stemmed, English pronouns by person ("me" = "I"),
+    and Chinese words holding a pronoun split ("我爱你" → 我 爱 你: who acts on whom)."""
+    if not a.zh:  # negations are the negation guard's: "can't I" = "can I not"
+        return [_ORDER_PERSONS.get(t) or stem(t) for t in content(a) if t not in NEGATIONS_EN]
+    out = []
+    for token in content(a):
+        if len(token) > 1 and any(c in _PRONOUN_CHARS for c in token):
+            out += [c for c in token if c not in STOPWORDS_ZH]
+        else:
+            out.append(token)
+    return out
+
+
+_PRONOUN_CHARS = words("pronoun_chars_zh")
+
+
+# A possessive is not the person acting: "How do I delete my account" / "the way to delete
+# my account" ("her" is either, and stays a person)
+_ORDER_PERSONS = {
+    **PERSONS_EN,
+    **{w: PERSONS_EN[w] + "'s" for w in "my mine our ours your yours his their theirs".split()},
+}
+
+
+def _rotation(p: list[int]) -> bool:
+    """True when ``p`` is the identity with at most one block moved to the front or end."""
+    n = len(p)
+    # one block moved to the front: p = [k..m) + [0..k) + [m..n), runs consecutive
+    for cut in range(n + 1):
+        head, tail = p[:cut], p[cut:]
+        if _consecutive(head) and (
+            _ascending_without(tail, head) if head else all(p[i] == i for i in range(n))
+        ):
+            return True
+    # one block moved to the end
+    for cut in range(n):
+        head, tail = p[:cut], p[cut:]
+        if _consecutive(tail) and _ascending_without(head, tail):
+            return True
+    return False
+
+
+def _consecutive(run: list[int]) -> bool:
+    return all(run[i + 1] == run[i] + 1 for i in range(len(run) - 1))
+
+
+def _ascending_without(rest: list[int], block: list[int]) -> bool:
+    """``rest`` is in order (the values of ``block`` are missing from it)."""
+    return all(rest[i] < rest[i + 1] for i in range(len(rest) - 1))
+
+
+def relation(a: Analysis, b: Analysis) -> str | None:
+    """A swapped word of a closed class changes who does what to whom (English): a
+    preposition ("with meals" / "between meals", "to the lungs" / "from the lungs"), a
+    possessive with the same asker ("my password" / "his password"), and / or, another person
+    ("he" / "she"), a degree ("a high dose" / "the highest dose"), or the agent of a passive on
+    one side only ("acquired by Google" / "acquire Google")."""
+    if a.zh or b.zh:
+        return None
+    words_a, words_b = set(a.tokens), set(b.tokens)
+    if ("by" in words_a) != ("by" in words_b):
+        return "relation"
+    for classes in (_RELATION_CLASS, _CONJUNCTIONS):
+        if _swapped(classes, words_a, words_b):
+            return "relation"
+    # he / she / they / we: another person is asked about (I / you is the generic "you")
+    persons_a, persons_b = _persons(words_a) - _GENERIC, _persons(words_b) - _GENERIC
+    if persons_a - persons_b and persons_b - persons_a:
+        return "relation"
+    if _degree_differs(a, b) or _degree_differs(b, a):
+        return "relation"
+    # "my password" / "his password" with the same asker; "How do I reset my password?" /
+    # "How do you reset your password?" is the generic "you", the asker swapped along
+    if _swapped(_POSSESSIVES, words_a, words_b) and _persons(words_a) == _persons(words_b):
+        return "relation"
+    return None
+
+
+def _swapped(classes: dict[str, str], words_a: set[str], words_b: set[str]) -> bool:
+    """Each side has a word of ``classes`` (by class) that the other lacks."""
+    in_a = {classes[w] for w in words_a if w in classes}
+    in_b = {classes[w] for w in words_b if w in classes}
+    return bool(in_a - in_b and in_b - in_a)
+
+
+def _degree_differs(a: Analysis, b: Analysis) -> bool:
+    """ "the highest dose" / "a high dose": a superlative or comparative on one side whose
+    plain adjective, after an article, is on the other ("lose weight fast" / "the fastest way
+    to lose weight" is one question)."""
+    plain_b = {w for d, w in zip(b.tokens, b.tokens[1:], strict=False) if d in ("a", "an", "the")}
+    for word in set(a.tokens) - set(b.tokens):
+        for suffix in ("est", "er"):
+            plain = word[: -len(suffix)]
+            if (
+                word.endswith(suffix)
+                and len(plain) >= 3
+                and (plain in plain_b or plain + "e" in plain_b or plain[:-1] in plain_b)
+            ):
+                return True
+    return False
+
+
+def _persons(words: set[str]) -> set[str]:
+    return {PERSONS_EN[w] for w in words if w in PERSONS_EN and w not in _POSSESSIVES}
+
+
+_RELATION_CLASS = {w: w for w in RELATIONS_EN}
+
+
+_POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
+
+
+_GENERIC = frozenset(("1s", "2"))
+
+
+_CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
