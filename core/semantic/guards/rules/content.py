@@ -43,11 +43,17 @@ def substitution(a: Analysis, b: Analysis) -> str | None:
     return None
 
 
+# Both languages -----------------------------------------------------------------------------
+
+
 def _another_topic(only_a: set[str], only_b: set[str], shared: int) -> bool:
     """One word for one or two; or as many words swapped as kept ("the maximum dose of
     ibuprofen for adults" / "the side effects of …"), no word kept among them (hypo- /
     hyper-): another topic."""
     return len(only_a) + len(only_b) <= 3 or max(len(only_a), len(only_b)) >= shared
+
+
+# Chinese ------------------------------------------------------------------------------------
 
 
 def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:

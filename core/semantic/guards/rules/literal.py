@@ -8,9 +8,7 @@ import re
 from ....key.forms import case_differs
 from ....key.words import known
 from ..analysis import Analysis
-from ..lexicon import (
-    words,
-)
+from ..lexicon import words
 
 
 def literal(a: Analysis, b: Analysis) -> str | None:
@@ -42,7 +40,8 @@ def apostrophe(a: Analysis, b: Analysis) -> str | None:
     """ "When do you use its?" / "… it's?", "were" / "we're", "well" / "we'll": a word with an
     apostrophe against the same letters without it, when those letters are a word of their
     own, is another word (a missing apostrophe is form only where the letters are no word:
-    "dont", "whats"; "cant" and "wont" read as the negations on both sides)."""
+    "dont", "whats"; "cant" and "wont" read as the negations on both sides).  English only:
+    Chinese has no apostrophes."""
     for x, y in ((a, b), (b, a)):
         bare_y = set(_LATIN.findall(y.text))
         for word in _APOSTROPHED.findall(x.text):
@@ -53,9 +52,5 @@ def apostrophe(a: Analysis, b: Analysis) -> str | None:
 
 
 _LATIN = re.compile(r"[a-z]+")
-
-
 _APOSTROPHED = re.compile(r"\b[a-z]+(?:['’][a-z]+)+")
-
-
 _READ_AS_NEGATION = words("read_as_negation_en")

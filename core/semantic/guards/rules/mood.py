@@ -7,14 +7,7 @@ from itertools import pairwise
 
 from ....key.words import known
 from ..analysis import Analysis
-from ..lexicon import (
-    FOCUS_EN,
-    FOCUS_ZH,
-    MOODS_ZH,
-    PAST_ZH,
-    table,
-    words,
-)
+from ..lexicon import FOCUS_EN, FOCUS_ZH, MOODS_ZH, PAST_ZH, table, words
 from .question import form_of
 
 
@@ -38,47 +31,53 @@ def modality(a: Analysis, b: Analysis) -> str | None:
     tense_a, tense_b = _tense(a), _tense(b)
     if tense_a is not None and tense_b is not None and tense_a != tense_b:
         return "modality"
-    if not (a.zh or b.zh):  # "… a flight that has departed" / "… that is departing"
-        clauses_a, clauses_b = _clause_tenses(a), _clause_tenses(b)
-        if len(clauses_a) == len(clauses_b) and any(
-            x and y and x != y for x, y in zip(clauses_a, clauses_b, strict=True)
-        ):
-            return "modality"
-    else:
-        aspects = {_aspect_zh(a), _aspect_zh(b)}
-        if len(aspects) == 2 and None not in aspects:
-            return "modality"  # 得过新冠 (ever had it) / 得了新冠 (has it now)
+    if not (a.zh or b.zh):
+        return "modality" if _clause_tenses_differ(a, b) else None
+    return "modality" if _aspects_differ_zh(a, b) else None
+
+
+def focus(a: Analysis, b: Analysis) -> str | None:
+    """Words that narrow what a yes/no question asks, on one side only: "Is it just for
+    members?" / "Is it for members?", "Can kids fly alone?", "Can I bring my own food?", 自己 /
+    才 / 只 / 都 / 还 / 再.  Often fillers elsewhere ("I just wanted to ask" is discourse,
+    removed before the guards), here they change the answer."""
+    if "yes/no" not in (form_of(a), form_of(b)):
+        return None  # "怎样才能减肥" asks what "怎样减肥" asks: only a yes/no question narrows
+    narrowing = FOCUS_ZH if a.zh or b.zh else FOCUS_EN
+    if {t for t in a.tokens if t in narrowing} != {t for t in b.tokens if t in narrowing}:
+        return "focus"
     return None
 
 
-def _clause_tenses(a: Analysis) -> list[str | None]:
-    """The tense of each clause of an English question, as its first auxiliary says."""
-    clauses: list[list[str]] = [[]]
-    for t in a.tokens:
-        if t in _CLAUSE_WORDS_EN:
-            clauses.append([])
-        clauses[-1].append(t)
-    return [_english_tense(tuple(c)) for c in clauses]
+def _moods(a: Analysis) -> set[str]:
+    return _moods_zh(a) if a.zh else _moods_en(a)
 
 
+def _tense(a: Analysis) -> str | None:
+    """ "past" or "now", as the question's first auxiliary says ("Did the iPhone have …" is
+    past, "Could it be revoked?" now; a perfect, "Has it been shipped?", past); in Chinese a
+    past marker (了, 过) against a mood (你要学…吗); ``None`` when nothing says."""
+    return _tense_zh(a) if a.zh else _tense_en(a.tokens)
+
+
+# English ------------------------------------------------------------------------------------
+
+_MOODS_EN = table("moods_en")
+_MOOD_PHRASES_EN = table("mood_phrases_en")
+_PERMITTED_EN = words("permitted_en")
+_REQUESTS_EN = words("requests_en")
+_ASKED_EN = words("asked_en")
+_LEADING_MODALS = words("leading_modals_en")
+_DO = words("do_en")
+_PAST_EN = words("past_en")
+_NOW_EN = words("now_en")
+_HAVE = words("have_en")
+_IRREGULAR_PARTICIPLES = words("irregular_participles_en")
 _CLAUSE_WORDS_EN = words("clause_words_en")
 
 
-def _aspect_zh(a: Analysis) -> str | None:
-    """过 (ever: an experience) or 了 (done, and so now), where one of them marks a verb."""
-    ever = any(t in ("过", "曾经") for t in a.tokens)
-    done = "了" in a.tokens
-    return "ever" if ever else "done" if done else None
-
-
-def _moods(a: Analysis) -> set[str]:
+def _moods_en(a: Analysis) -> set[str]:
     tokens = a.tokens
-    if a.zh:
-        moods = {MOODS_ZH[t] for t in tokens if t in MOODS_ZH}
-        for before, (i, t) in zip(a.tags, enumerate(tokens[1:-1], 1), strict=False):
-            if t == "得" and before[:1] in ("n", "r") and tokens[i + 1] not in _ASPECTS_ZH:
-                moods.add("must")  # 学生得交学费吗 (děi: must), not 跑得快 nor 得了新冠
-        return moods
     moods = {
         _MOODS_EN[t]
         for t, you, verb in zip(tokens, (*tokens[1:], ""), (*tokens[2:], "", ""), strict=False)
@@ -93,29 +92,13 @@ def _moods(a: Analysis) -> set[str]:
 
 
 def _leading_mood(a: Analysis) -> str | None:
-    """The mood of the modal a yes/no question opens with ("Will …", "Must …"), if any."""
+    """The mood of the modal an English yes/no question opens with ("Will …", "Must …"), if
+    any."""
     first = a.tokens[0] if a.tokens and not a.zh else ""
     return _MOODS_EN.get(first) if first in _LEADING_MODALS else None
 
 
-_ASPECTS_ZH = words("aspects_zh")
-
-
-_LEADING_MODALS = words("leading_modals_en")
-
-
-def _tense(a: Analysis) -> str | None:
-    """ "past" or "now", as the question's first auxiliary says ("Did the iPhone have …" is
-    past, "Could it be revoked?" now; a perfect, "Has it been shipped?", past); in Chinese a
-    past marker (了, 过) against a mood (你要学…吗); ``None`` when nothing says."""
-    if a.zh:
-        past = any(t in PAST_ZH for t in a.tokens)
-        now = not past and any(t in MOODS_ZH for t in a.tokens)
-        return None if past == now else "past" if past else "now"
-    return _english_tense(a.tokens)
-
-
-def _english_tense(tokens: tuple[str, ...]) -> str | None:
+def _tense_en(tokens: tuple[str, ...]) -> str | None:
     if "been" in tokens:
         return "past"  # a perfect: "Has it been shipped?"
     for i, t in enumerate(tokens):  # the first auxiliary carries the tense: "Did the iPhone …"
@@ -142,44 +125,53 @@ def _participle_follows(tokens: tuple[str, ...]) -> bool:
     return False
 
 
-_HAVE = words("have_en")
+def _clause_tenses_differ(a: Analysis, b: Analysis) -> bool:
+    """As many clauses, one of them in another tense: "… a flight that has departed" / "… that
+    is departing"."""
+    clauses_a, clauses_b = _clause_tenses(a), _clause_tenses(b)
+    return len(clauses_a) == len(clauses_b) and any(
+        x and y and x != y for x, y in zip(clauses_a, clauses_b, strict=True)
+    )
 
 
-_IRREGULAR_PARTICIPLES = words("irregular_participles_en")
+def _clause_tenses(a: Analysis) -> list[str | None]:
+    """The tense of each clause of an English question, as its first auxiliary says."""
+    clauses: list[list[str]] = [[]]
+    for t in a.tokens:
+        if t in _CLAUSE_WORDS_EN:
+            clauses.append([])
+        clauses[-1].append(t)
+    return [_tense_en(tuple(c)) for c in clauses]
 
 
-_MOODS_EN = table("moods_en")
+# Chinese ------------------------------------------------------------------------------------
+
+_ASPECTS_ZH = words("aspects_zh")
 
 
-_MOOD_PHRASES_EN = table("mood_phrases_en")
+def _moods_zh(a: Analysis) -> set[str]:
+    tokens = a.tokens
+    moods = {MOODS_ZH[t] for t in tokens if t in MOODS_ZH}
+    for before, (i, t) in zip(a.tags, enumerate(tokens[1:-1], 1), strict=False):
+        if t == "得" and before[:1] in ("n", "r") and tokens[i + 1] not in _ASPECTS_ZH:
+            moods.add("must")  # 学生得交学费吗 (děi: must), not 跑得快 nor 得了新冠
+    return moods
 
 
-_PERMITTED_EN = words("permitted_en")
+def _tense_zh(a: Analysis) -> str | None:
+    past = any(t in PAST_ZH for t in a.tokens)
+    now = not past and any(t in MOODS_ZH for t in a.tokens)
+    return None if past == now else "past" if past else "now"
 
 
-_REQUESTS_EN = words("requests_en")
+def _aspects_differ_zh(a: Analysis, b: Analysis) -> bool:
+    """得过新冠 (ever had it) / 得了新冠 (has it now)."""
+    aspects = {_aspect_zh(a), _aspect_zh(b)}
+    return len(aspects) == 2 and None not in aspects
 
 
-_ASKED_EN = words("asked_en")
-
-
-_DO = words("do_en")
-
-
-_PAST_EN = words("past_en")
-
-
-_NOW_EN = words("now_en")
-
-
-def focus(a: Analysis, b: Analysis) -> str | None:
-    """Words that narrow what a yes/no question asks, on one side only: "Is it just for
-    members?" / "Is it for members?", "Can kids fly alone?", "Can I bring my own food?", 自己 /
-    才 / 只 / 都 / 还 / 再.  Often fillers elsewhere ("I just wanted to ask" is discourse,
-    removed before the guards), here they change the answer."""
-    if "yes/no" not in (form_of(a), form_of(b)):
-        return None  # "怎样才能减肥" asks what "怎样减肥" asks: only a yes/no question narrows
-    words = FOCUS_ZH if a.zh or b.zh else FOCUS_EN
-    if {t for t in a.tokens if t in words} != {t for t in b.tokens if t in words}:
-        return "focus"
-    return None
+def _aspect_zh(a: Analysis) -> str | None:
+    """过 (ever: an experience) or 了 (done, and so now), where one of them marks a verb."""
+    ever = any(t in ("过", "曾经") for t in a.tokens)
+    done = "了" in a.tokens
+    return "ever" if ever else "done" if done else None

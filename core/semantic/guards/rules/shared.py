@@ -10,7 +10,7 @@ from functools import lru_cache
 from ....key.script import CJK
 from ....key.words import known
 from ..analysis import Analysis
-from ..lexicon import (
+from ..lexicon import (  # (the English and the Chinese list of each kind)
     FILLERS_EN,
     FILLERS_ZH,
     IRREGULAR_EN,
@@ -56,6 +56,7 @@ def stem(word: str) -> str:
 
 
 def stems(a: Analysis) -> frozenset[str]:
+    """The question's words, stemmed."""
     return frozenset(stem(w) for w in a.tokens)
 
 
@@ -63,6 +64,8 @@ _VOWEL = re.compile("[aeiouy]")
 
 
 def content(a: Analysis) -> list[str]:
+    """The question's words without its stopwords (the courtesy words kept in a question about
+    words)."""
     # In Chinese text a Latin letter is a name ("A比B"), never the English article; in English
     # a stopword the rules found as a name is one too ("blood type A")
     kept = _COURTESY if a.about_words else frozenset()  # "say yes, please"
@@ -92,8 +95,6 @@ def content_stems(a: Analysis) -> list[str]:
 
 
 _NUMERIC = re.compile(r"[\d.,]+")
-
-
 _ZH_NUMERAL_CHARS = re.compile("[零〇一二两三四五六七八九十百千万亿]")
 
 
