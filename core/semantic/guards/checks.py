@@ -75,7 +75,7 @@ def warm_up() -> None:
     unify("how do i log in", "How do I login?")
 
 
-# The table of rules -------------------------------------------------------------------------
+# The table of rules --------------------------------------------------------------------------
 Guard = Callable[[Analysis, Analysis], "str | None"]
 
 DEFAULT_GUARDS: tuple[Guard, ...] = (

@@ -43,7 +43,7 @@ def substitution(a: Analysis, b: Analysis) -> str | None:
     return None
 
 
-# Both languages -----------------------------------------------------------------------------
+# Both languages ------------------------------------------------------------------------------
 
 
 def _another_topic(only_a: set[str], only_b: set[str], shared: int) -> bool:
@@ -53,7 +53,7 @@ def _another_topic(only_a: set[str], only_b: set[str], shared: int) -> bool:
     return len(only_a) + len(only_b) <= 3 or max(len(only_a), len(only_b)) >= shared
 
 
-# Chinese ------------------------------------------------------------------------------------
+# Chinese -------------------------------------------------------------------------------------
 
 
 def _spans(a: Analysis, words: set[str], b: Analysis) -> set[str]:

@@ -60,7 +60,7 @@ def _tense(a: Analysis) -> str | None:
     return _tense_zh(a) if a.zh else _tense_en(a.tokens)
 
 
-# English ------------------------------------------------------------------------------------
+# English -------------------------------------------------------------------------------------
 
 _MOODS_EN = table("moods_en")
 _MOOD_PHRASES_EN = table("mood_phrases_en")
@@ -144,7 +144,7 @@ def _clause_tenses(a: Analysis) -> list[str | None]:
     return [_tense_en(tuple(c)) for c in clauses]
 
 
-# Chinese ------------------------------------------------------------------------------------
+# Chinese -------------------------------------------------------------------------------------
 
 _ASPECTS_ZH = words("aspects_zh")
 

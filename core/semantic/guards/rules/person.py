@@ -18,9 +18,9 @@ def person(a: Analysis, b: Analysis) -> str | None:
     return _person_en(a, b)
 
 
-# English ------------------------------------------------------------------------------------
+# English -------------------------------------------------------------------------------------
 
-# English words that address the one asked: a possessive, or "you" after a preposition
+# English words that address the one asked: a possessive, or "you" after a preposition --------
 _ADDRESSEE = words("addressee_en")
 _PERSON_WORDS = words("person_words_en")
 
@@ -38,9 +38,9 @@ def _addressed(tokens: tuple[str, ...]) -> bool:
     return any(t == "you" and i and tokens[i - 1] in RELATIONS_EN for i, t in enumerate(tokens))
 
 
-# Chinese ------------------------------------------------------------------------------------
+# Chinese -------------------------------------------------------------------------------------
 
-# Chinese personal pronouns by person, longest first (我们 before 我): 您 is a polite 你, and
+# Chinese personal pronouns by person, longest first (我们 before 我): 您 is a polite 你, and ------
 # number is left out (你 / 你们 are swapped freely in questions asked of an assistant)
 _ZH_PERSONS = table("persons_zh")
 _ZH_PRONOUN = re.compile("|".join(sorted(_ZH_PERSONS, key=len, reverse=True)))

@@ -37,7 +37,7 @@ def _opposite(ax: bool, ay: bool, bx: bool, by: bool) -> bool:
     return (ax and not ay and by and not bx) or (ay and not ax and bx and not by)
 
 
-# English ------------------------------------------------------------------------------------
+# English -------------------------------------------------------------------------------------
 
 
 def _antonym_en(a: Analysis, b: Analysis) -> bool:
@@ -82,7 +82,7 @@ def _negated(tokens: tuple[str, ...]) -> list[str]:
     return sorted(out)
 
 
-# Chinese ------------------------------------------------------------------------------------
+# Chinese -------------------------------------------------------------------------------------
 
 
 def _antonym_zh(a: Analysis, b: Analysis) -> bool:

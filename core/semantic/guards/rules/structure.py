@@ -71,23 +71,175 @@ def order(a: Analysis, b: Analysis) -> str | None:
     return None if permutation == sorted(permutation) else "order"
 
 
-_QUANTIFIERS_EN = words("quantifiers_en")
+def relation(a: Analysis, b: Analysis) -> str | None:
+    """A swapped word of a closed class changes who does what to whom (English): a
+    preposition ("with meals" / "between meals", "to the lungs" / "from the lungs"), a
+    possessive with the same asker ("my password" / "his password"), and / or, another person
+    ("he" / "she"), a degree ("a high dose" / "the highest dose"), or the agent of a passive on
+    one side only ("acquired by Google" / "acquire Google")."""
+    if a.zh or b.zh:
+        return None
+    words_a, words_b = set(a.tokens), set(b.tokens)
+    if ("by" in words_a) != ("by" in words_b):
+        return "relation"
+    for classes in (_RELATION_CLASS, _CONJUNCTIONS):
+        if _swapped(classes, words_a, words_b):
+            return "relation"
+    # he / she / they / we: another person is asked about (I / you is the generic "you")
+    persons_a, persons_b = _persons(words_a) - _GENERIC, _persons(words_b) - _GENERIC
+    if persons_a - persons_b and persons_b - persons_a:
+        return "relation"
+    if _degree_differs(a, b) or _degree_differs(b, a):
+        return "relation"
+    # "my password" / "his password" with the same asker; "How do I reset my password?" /
+    # "How do you reset your password?" is the generic "you", the asker swapped along
+    if _swapped(_POSSESSIVES, words_a, words_b) and _persons(words_a) == _persons(words_b):
+        return "relation"
+    return None
 
 
-_QUANTIFIERS_ZH = phrases("quantifiers_zh")
+# Both languages: the order of the shared words -----------------------------------------------
+
+_CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
+# Question words and quantifiers do not make a paraphrase long enough to move a word in
+_NOT_COUNTED = WH_EN | words("not_counted_en")
 
 
-_DO_SUPPORT = re.compile(r"\b(?:which|what|who|whom)\b(?:\s+[a-z]+)?\s+(?:do|does|did)\b")
+def _order_sequence(a: Analysis) -> list[str]:
+    """Content words for the order guard: stemmed, English pronouns by person ("me" = "I"),
+    and Chinese words holding a pronoun split ("我爱你" → 我 爱 你: who acts on whom)."""
+    return _order_sequence_zh(a) if a.zh else _order_sequence_en(a)
 
 
 def _quantified(a: Analysis) -> bool:
-    if a.zh:
-        return any(q in a.text for q in _QUANTIFIERS_ZH)
+    """A universal quantifier ("every", 所有): the order of what it scopes over is the roles."""
+    return _quantified_zh(a) if a.zh else _quantified_en(a)
+
+
+def _rotation(p: list[int]) -> bool:
+    """True when ``p`` is the identity with at most one block moved to the front or end."""
+    n = len(p)
+    # one block moved to the front: p = [k..m) + [0..k) + [m..n), runs consecutive
+    for cut in range(n + 1):
+        head, tail = p[:cut], p[cut:]
+        if _consecutive(head) and (
+            _ascending_without(tail, head) if head else all(p[i] == i for i in range(n))
+        ):
+            return True
+    # one block moved to the end
+    for cut in range(n):
+        head, tail = p[:cut], p[cut:]
+        if _consecutive(tail) and _ascending_without(head, tail):
+            return True
+    return False
+
+
+def _consecutive(run: list[int]) -> bool:
+    return all(run[i + 1] == run[i] + 1 for i in range(len(run) - 1))
+
+
+def _ascending_without(rest: list[int], block: list[int]) -> bool:
+    """``rest`` is in order (the values of ``block`` are missing from it)."""
+    return all(rest[i] < rest[i + 1] for i in range(len(rest) - 1))
+
+
+# English -------------------------------------------------------------------------------------
+
+_POSSESSIVE = re.compile(r"\b([a-z]+)['’]s\s+([a-z]+)\b")
+_QUANTIFIERS_EN = words("quantifiers_en")
+_DO_SUPPORT = re.compile(r"\b(?:which|what|who|whom)\b(?:\s+[a-z]+)?\s+(?:do|does|did)\b")
+_BE = words("be_en")
+_PARTICIPLES = words("participles_en")
+
+
+# A possessive is not the person acting: "How do I delete my account" / "the way to delete
+# my account" ("her" is either, and stays a person)
+_ORDER_PERSONS = {
+    **PERSONS_EN,
+    **{w: PERSONS_EN[w] + "'s" for w in "my mine our ours your yours his their theirs".split()},
+}
+
+
+def _order_sequence_en(a: Analysis) -> list[str]:
+    # negations are the negation guard's: "can't I" = "can I not"
+    return [_ORDER_PERSONS.get(t) or stem(t) for t in content(a) if t not in NEGATIONS_EN]
+
+
+def _quantified_en(a: Analysis) -> bool:
     return any(t in _QUANTIFIERS_EN for t in a.tokens)
 
 
 def _do_support(a: Analysis) -> bool:
     return not a.zh and bool(_DO_SUPPORT.search(a.text))
+
+
+def _passive(a: Analysis) -> bool:
+    """A form of "be" followed by a past participle ("is … included")."""
+    tokens = a.tokens
+    for i, token in enumerate(tokens):
+        if token in _BE and any(t.endswith("ed") or t in _PARTICIPLES for t in tokens[i + 1 :]):
+            return True
+    return False
+
+
+_RELATION_CLASS = {w: w for w in RELATIONS_EN}
+_POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
+_GENERIC = frozenset(("1s", "2"))
+_CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
+
+
+def _swapped(classes: dict[str, str], words_a: set[str], words_b: set[str]) -> bool:
+    """Each side has a word of ``classes`` (by class) that the other lacks."""
+    in_a = {classes[w] for w in words_a if w in classes}
+    in_b = {classes[w] for w in words_b if w in classes}
+    return bool(in_a - in_b and in_b - in_a)
+
+
+def _degree_differs(a: Analysis, b: Analysis) -> bool:
+    """ "the highest dose" / "a high dose": a superlative or comparative on one side whose
+    plain adjective, after an article, is on the other ("lose weight fast" / "the fastest way
+    to lose weight" is one question)."""
+    plain_b = {w for d, w in zip(b.tokens, b.tokens[1:], strict=False) if d in ("a", "an", "the")}
+    for word in set(a.tokens) - set(b.tokens):
+        for suffix in ("est", "er"):
+            plain = word[: -len(suffix)]
+            if (
+                word.endswith(suffix)
+                and len(plain) >= 3
+                and (plain in plain_b or plain + "e" in plain_b or plain[:-1] in plain_b)
+            ):
+                return True
+    return False
+
+
+def _persons(words: set[str]) -> set[str]:
+    return {PERSONS_EN[w] for w in words if w in PERSONS_EN and w not in _POSSESSIVES}
+
+
+# Chinese -------------------------------------------------------------------------------------
+
+_QUANTIFIERS_ZH = phrases("quantifiers_zh")
+_PRONOUN_CHARS = words("pronoun_chars_zh")
+_CLAUSE_SPLIT = re.compile(r"\s*[，,；;]\s*")
+_QUESTION_NUMERAL = re.compile("^(?:几|多少)")
+
+
+# Particles that tie one word to another: on which side of one a word stands is what it means
+_TIES_ZH = words("ties_zh")
+
+
+def _order_sequence_zh(a: Analysis) -> list[str]:
+    out = []
+    for token in content(a):
+        if len(token) > 1 and any(c in _PRONOUN_CHARS for c in token):
+            out += [c for c in token if c not in STOPWORDS_ZH]
+        else:
+            out.append(token)
+    return out
+
+
+def _quantified_zh(a: Analysis) -> bool:
+    return any(q in a.text for q in _QUANTIFIERS_ZH)
 
 
 def _copula_swapped(a: Analysis, b: Analysis) -> bool:
@@ -103,7 +255,12 @@ def _copula_swapped(a: Analysis, b: Analysis) -> bool:
     return to_right and to_left
 
 
-_POSSESSIVE = re.compile(r"\b([a-z]+)['’]s\s+([a-z]+)\b")
+def _zh_reordered(a: Analysis, b: Analysis) -> bool:
+    """Two Chinese questions whose shared words, or the words a particle ties, stand in
+    another order, in the whole or clause by clause."""
+    return any(
+        _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
+    )
 
 
 def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
@@ -127,14 +284,6 @@ def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
     return [rank[i] for i in sorted(range(len(spots)), key=lambda i: spots[i][0])]
 
 
-def _zh_reordered(a: Analysis, b: Analysis) -> bool:
-    """Two Chinese questions whose shared words, or the words a particle ties, stand in
-    another order, in the whole or clause by clause."""
-    return any(
-        _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
-    )
-
-
 def _zh_clauses(a: Analysis, b: Analysis) -> list[tuple[Analysis, Analysis]]:
     """The two questions, and clause by clause when both have as many (a word that recurs in
     the whole, 甲 in "甲欠乙的钱，乙能起诉甲吗", occurs once in its clause)."""
@@ -143,9 +292,6 @@ def _zh_clauses(a: Analysis, b: Analysis) -> list[tuple[Analysis, Analysis]]:
     if 1 < len(clauses_a) == len(clauses_b) <= 8:
         pairs += [(analyze(x), analyze(y)) for x, y in zip(clauses_a, clauses_b, strict=True)]
     return pairs
-
-
-_CLAUSE_SPLIT = re.compile(r"\s*[，,；;]\s*")
 
 
 def _parts(word: str) -> Iterator[str]:
@@ -195,151 +341,3 @@ def _tied(tokens: tuple[str, ...], tie: str) -> tuple[str, str] | None:
     left = [w for w in words[:at] if w and w not in STOPWORDS_ZH]
     right = [w for w in words[at + 1 :] if w and w not in STOPWORDS_ZH]
     return (left[-1], right[0]) if left and right else None
-
-
-_QUESTION_NUMERAL = re.compile("^(?:几|多少)")
-
-
-# Particles that tie one word to another: on which side of one a word stands is what it means
-_TIES_ZH = words("ties_zh")
-
-
-_CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
-
-
-# Question words and quantifiers do not make a paraphrase long enough to move a word in
-_NOT_COUNTED = WH_EN | words("not_counted_en")
-
-
-def _passive(a: Analysis) -> bool:
-    """A form of "be" followed by a past participle ("is … included")."""
-    tokens = a.tokens
-    for i, token in enumerate(tokens):
-        if token in _BE and any(t.endswith("ed") or t in _PARTICIPLES for t in tokens[i + 1 :]):
-            return True
-    return False
-
-
-_BE = words("be_en")
-
-
-_PARTICIPLES = words("participles_en")
-
-
-def _order_sequence(a: Analysis) -> list[str]:
-    """Content words for the order guard: stemmed, English pronouns by person ("me" = "I"),
-    and Chinese words holding a pronoun split ("我爱你" → 我 爱 你: who acts on whom)."""
-    if not a.zh:  # negations are the negation guard's: "can't I" = "can I not"
-        return [_ORDER_PERSONS.get(t) or stem(t) for t in content(a) if t not in NEGATIONS_EN]
-    out = []
-    for token in content(a):
-        if len(token) > 1 and any(c in _PRONOUN_CHARS for c in token):
-            out += [c for c in token if c not in STOPWORDS_ZH]
-        else:
-            out.append(token)
-    return out
-
-
-_PRONOUN_CHARS = words("pronoun_chars_zh")
-
-
-# A possessive is not the person acting: "How do I delete my account" / "the way to delete
-# my account" ("her" is either, and stays a person)
-_ORDER_PERSONS = {
-    **PERSONS_EN,
-    **{w: PERSONS_EN[w] + "'s" for w in "my mine our ours your yours his their theirs".split()},
-}
-
-
-def _rotation(p: list[int]) -> bool:
-    """True when ``p`` is the identity with at most one block moved to the front or end."""
-    n = len(p)
-    # one block moved to the front: p = [k..m) + [0..k) + [m..n), runs consecutive
-    for cut in range(n + 1):
-        head, tail = p[:cut], p[cut:]
-        if _consecutive(head) and (
-            _ascending_without(tail, head) if head else all(p[i] == i for i in range(n))
-        ):
-            return True
-    # one block moved to the end
-    for cut in range(n):
-        head, tail = p[:cut], p[cut:]
-        if _consecutive(tail) and _ascending_without(head, tail):
-            return True
-    return False
-
-
-def _consecutive(run: list[int]) -> bool:
-    return all(run[i + 1] == run[i] + 1 for i in range(len(run) - 1))
-
-
-def _ascending_without(rest: list[int], block: list[int]) -> bool:
-    """``rest`` is in order (the values of ``block`` are missing from it)."""
-    return all(rest[i] < rest[i + 1] for i in range(len(rest) - 1))
-
-
-def relation(a: Analysis, b: Analysis) -> str | None:
-    """A swapped word of a closed class changes who does what to whom (English): a
-    preposition ("with meals" / "between meals", "to the lungs" / "from the lungs"), a
-    possessive with the same asker ("my password" / "his password"), and / or, another person
-    ("he" / "she"), a degree ("a high dose" / "the highest dose"), or the agent of a passive on
-    one side only ("acquired by Google" / "acquire Google")."""
-    if a.zh or b.zh:
-        return None
-    words_a, words_b = set(a.tokens), set(b.tokens)
-    if ("by" in words_a) != ("by" in words_b):
-        return "relation"
-    for classes in (_RELATION_CLASS, _CONJUNCTIONS):
-        if _swapped(classes, words_a, words_b):
-            return "relation"
-    # he / she / they / we: another person is asked about (I / you is the generic "you")
-    persons_a, persons_b = _persons(words_a) - _GENERIC, _persons(words_b) - _GENERIC
-    if persons_a - persons_b and persons_b - persons_a:
-        return "relation"
-    if _degree_differs(a, b) or _degree_differs(b, a):
-        return "relation"
-    # "my password" / "his password" with the same asker; "How do I reset my password?" /
-    # "How do you reset your password?" is the generic "you", the asker swapped along
-    if _swapped(_POSSESSIVES, words_a, words_b) and _persons(words_a) == _persons(words_b):
-        return "relation"
-    return None
-
-
-def _swapped(classes: dict[str, str], words_a: set[str], words_b: set[str]) -> bool:
-    """Each side has a word of ``classes`` (by class) that the other lacks."""
-    in_a = {classes[w] for w in words_a if w in classes}
-    in_b = {classes[w] for w in words_b if w in classes}
-    return bool(in_a - in_b and in_b - in_a)
-
-
-def _degree_differs(a: Analysis, b: Analysis) -> bool:
-    """ "the highest dose" / "a high dose": a superlative or comparative on one side whose
-    plain adjective, after an article, is on the other ("lose weight fast" / "the fastest way
-    to lose weight" is one question)."""
-    plain_b = {w for d, w in zip(b.tokens, b.tokens[1:], strict=False) if d in ("a", "an", "the")}
-    for word in set(a.tokens) - set(b.tokens):
-        for suffix in ("est", "er"):
-            plain = word[: -len(suffix)]
-            if (
-                word.endswith(suffix)
-                and len(plain) >= 3
-                and (plain in plain_b or plain + "e" in plain_b or plain[:-1] in plain_b)
-            ):
-                return True
-    return False
-
-
-def _persons(words: set[str]) -> set[str]:
-    return {PERSONS_EN[w] for w in words if w in PERSONS_EN and w not in _POSSESSIVES}
-
-
-_RELATION_CLASS = {w: w for w in RELATIONS_EN}
-
-
-_POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
-
-
-_GENERIC = frozenset(("1s", "2"))
-
-
-_CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
