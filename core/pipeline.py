@@ -18,12 +18,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
 from .exact.link import store_error
 from .exact.tier import ExactHit, ExactTier
 from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
-from .hit import Hit
+from .hit import STORED, Hit, fresh
 from .key.asked import Asked, ask
 from .key.entry import CacheEntry
 from .key.request import CacheRequest
@@ -175,7 +173,8 @@ class Pipeline:
             self.metrics.incr("exact", "negative_hits")
             return None
         self._count_savings("exact", entry)
-        return Hit(text=entry.text, payload=fresh(entry.payload), tier="exact",
+        # (its payload copied for the caller when read: an adapter may rebuild from the entry)
+        return Hit(text=entry.text, payload=STORED, tier="exact",
                    level=found.level, key=found.key, entry=entry, entry_id=found.key)  # fmt: skip
 
     def _semantic(self, asked: Asked) -> Hit | None:
@@ -290,14 +289,3 @@ class Pipeline:
             tier.learning.answered(asked.key, text, asked.request.query[:MAX_QUESTION_CHARS])
         else:
             tier.learning.forget(asked.key)
-
-
-def fresh(payload: Any) -> Any:
-    """A copy of a stored payload for one caller: the L1 entry is shared by every hit, so a
-    caller that edits what it was served must not change what the next one gets."""
-    if isinstance(payload, dict | list):
-        packed = msgpack.packb(payload, use_bin_type=True, unicode_errors="surrogatepass")
-        return msgpack.unpackb(
-            packed, raw=False, strict_map_key=False, unicode_errors="surrogatepass"
-        )
-    return payload

@@ -22,6 +22,7 @@ from tricache.verbs import CacheVerbs
 from .convert import (
     answer_of,
     generations_from_payload,
+    generations_of,
     llm_key,
     model_name,
     parse_prompt,
@@ -192,15 +193,17 @@ class TriCache(CacheVerbs, BaseCache):
                 message = AIMessage(hit.text, response_metadata={"tricache": info})
                 return [ChatGeneration(message=message)]
             return [Generation(text=hit.text, generation_info={"tricache": info})]
-        return served(self.tricache, hit.payload, info if self.tag_hits else None)
+        return served(self.tricache, hit, info if self.tag_hits else None)
 
 
-def served(tricache: Cache, payload: Any, info: dict[str, Any] | None) -> list[Generation] | None:
-    """The generations in a hit's payload, rebuilt for each hit (it costs less than a deep
-    copy of objects kept between hits); a payload this adapter cannot read is a miss,
+def served(tricache: Cache, hit: Hit, info: dict[str, Any] | None) -> list[Generation] | None:
+    """The generations in a hit's payload, fresh for each hit (``generations_of``: nothing
+    shared with the cache or another hit); a payload this adapter cannot read is a miss,
     counted as corrupt."""
     try:
-        return generations_from_payload(payload, info)
+        if hit.tier in ("exact", "semantic"):  # (the entry's payload: a hit's is a copy of it)
+            return generations_of(hit.entry, info)
+        return generations_from_payload(hit.payload, info)
     except Exception as exc:  # valid MessagePack, not a LangChain answer: never an app error
         tricache.metrics.incr("exact", "corrupt")
         log.warning("tricache: cached value is not a LangChain payload (%s)", exc)

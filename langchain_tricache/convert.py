@@ -6,6 +6,7 @@ Nothing here unpickles or imports classes named by stored data: messages come ba
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -26,12 +27,14 @@ from tricache.key.conversation import (
     plain,
     split_conversation,
 )
+from tricache.key.entry import CacheEntry
 from tricache.runtime.memo import ENTRY_BYTES, Memo, text_size
 
 __all__ = [
     "answer_of",
     "finish_reason",
     "generations_from_payload",
+    "generations_of",
     "llm_key",
     "model_name",
     "parse_memo_bytes",
@@ -192,6 +195,109 @@ def generations_from_payload(payload: Any, tier: dict[str, Any] | None = None) -
     if not generations:
         raise ValueError("a cached answer without generations")
     return generations
+
+
+def generations_of(entry: CacheEntry, tier: dict[str, Any] | None = None) -> list[Generation]:
+    """``generations_from_payload`` of a copy of ``entry``'s payload, for an exact or semantic
+    hit on ``entry`` (shared with the cache: read, never changed).  Validated once per entry
+    (``generations_from_payload``, on a copy of the payload); each hit gets new objects built
+    from those (``_Shape``) whose every dict and list is new, so what a caller is served
+    shares nothing with the cache or with another hit.  Raises as ``generations_from_payload``."""
+    key = id(entry)  # (the memo holds the entry: no other object takes its id meanwhile)
+    found = _SERVED.get(key)
+    if found is None or found[0] is not entry:
+        packed = msgpack.packb(entry.payload, use_bin_type=True, unicode_errors="surrogatepass")
+        payload = msgpack.unpackb(packed, raw=False, strict_map_key=False,
+                                  unicode_errors="surrogatepass")  # fmt: skip
+        shapes = [_shapes(g) for g in generations_from_payload(payload, None)]
+        found = (entry, shapes)
+        _SERVED.put(key, found, 2 * ENTRY_BYTES + 4 * len(packed) + text_size(entry.text))
+    return [_served(generation, message, tier) for generation, message in found[1]]
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+
+
+class _Shape:
+    """A pydantic model as validated once, never handed out; ``state()`` is a copy of its
+    state (``__getstate__``: fields, extras, fields set, private attributes) with every
+    field that is not an immutable scalar deep-copied (``_copied``), ``build`` a new model
+    of it (``__setstate__``, as pickle and ``copy`` rebuild a model: no validation)."""
+
+    __slots__ = ("cls", "extra", "fields", "fields_set", "mutable", "private")
+
+    def __init__(self, model: Any, *, kept: tuple[str, ...] = ()) -> None:
+        state = model.__getstate__()
+        self.cls: Any = type(model)
+        self.fields: dict[str, Any] = state["__dict__"]
+        self.extra: dict[str, Any] | None = state["__pydantic_extra__"]
+        self.fields_set: set[str] = state["__pydantic_fields_set__"]
+        self.private: dict[str, Any] | None = state["__pydantic_private__"]
+        # (``kept``: fields the caller replaces with a new object of its own)
+        self.mutable = tuple(name for name, value in self.fields.items()
+                             if not _immutable(value) and name not in kept)  # fmt: skip
+
+    def state(self) -> dict[str, Any]:
+        fields = self.fields.copy()
+        for name in self.mutable:
+            fields[name] = _copied(fields[name])
+        return {
+            "__dict__": fields,
+            "__pydantic_extra__": None if self.extra is None else _copied(self.extra),
+            "__pydantic_fields_set__": self.fields_set.copy(),
+            "__pydantic_private__": _copied(self.private) if self.private else self.private,
+        }
+
+    def build(self, state: dict[str, Any]) -> Any:
+        model = self.cls.__new__(self.cls)
+        model.__setstate__(state)
+        return model
+
+
+# id of an entry -> (the entry, its generations' and messages' shapes)
+_SERVED: Memo[tuple[CacheEntry, list[tuple[_Shape, _Shape | None]]]] = Memo(16 * 2**20)
+
+
+def _shapes(generation: Generation) -> tuple[_Shape, _Shape | None]:
+    if isinstance(generation, ChatGeneration):
+        return _Shape(generation, kept=("message",)), _Shape(generation.message)
+    return _Shape(generation), None
+
+
+def _served(generation: _Shape, message: _Shape | None, tier: dict[str, Any] | None) -> Any:
+    """A new generation equal to what ``generations_from_payload(payload, tier)`` builds,
+    fields set included: ``tier`` in a chat message's response metadata (as a new key, or in
+    place of the old one: as ``{**meta, "tricache": tier}``), else in the generation info."""
+    state = generation.state()
+    fields = state["__dict__"]
+    if message is not None:
+        said = message.state()
+        if tier is not None:
+            said["__dict__"]["response_metadata"]["tricache"] = tier
+            said["__pydantic_fields_set__"].add("response_metadata")
+        fields["message"] = message.build(said)
+    elif tier is not None:
+        fields["generation_info"] = {**(fields["generation_info"] or {}), "tricache": tier}
+    return generation.build(state)
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of plain data (dicts, lists, scalars: what MessagePack gives back and
+    pydantic keeps), anything else through ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()} if value else {}
+    if kind is list:
+        return [_copied(v) for v in value] if value else []
+    return value if _immutable(value) else copy.deepcopy(value)
+
+
+def _immutable(value: Any) -> bool:
+    """A scalar, or a subclass of one without instance attributes (LangChain's
+    ``TextAccessor``, the ``str`` a generation's ``text`` is): safe to share."""
+    return type(value) in _SCALARS or (
+        isinstance(value, str | bytes | int | float) and not hasattr(value, "__dict__")
+    )
 
 
 def _ai_message(stored: Any, tier: dict[str, Any] | None) -> AIMessage:

@@ -1,0 +1,186 @@
+"""A hit's generations are built from the entry once and copied for every hit: each copy is
+what a validated rebuild of the payload would be, and shares nothing mutable with the cache
+or with another hit; a core hit copies its payload only when the payload is read."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.load import dumps
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, Generation
+
+from langchain_tricache import TriCache
+from langchain_tricache.convert import (
+    generations_from_payload,
+    generations_of,
+    payload_from_generations,
+)
+from tricache import Cache
+from tricache.hit import STORED, Hit, fresh
+from tricache.key.entry import CacheEntry
+
+TIER = {"tier": "exact", "level": "l1", "score": None, "entry_id": "k"}
+
+
+def _rich() -> AIMessage:
+    return AIMessage(
+        content="Rotate the key, then revoke the old one.",
+        additional_kwargs={"refusal": None, "nested": {"list": [1, {"deep": "x"}]}},
+        response_metadata={"model_name": "m", "logprobs": {"content": [{"t": "a"}]}},
+        tool_calls=[
+            {
+                "name": "rotate",
+                "args": {"keys": ["a", "b"], "opts": {"n": 1}},
+                "id": "c1",
+                "type": "tool_call",
+            }
+        ],
+        invalid_tool_calls=[
+            {"name": "bad", "args": "{", "id": "c2", "error": "json", "type": "invalid_tool_call"}
+        ],
+        usage_metadata={
+            "input_tokens": 3,
+            "output_tokens": 4,
+            "total_tokens": 7,
+            "input_token_details": {"cache_read": 1},
+        },
+        name="helper",
+        an_extra_field={"kept": ["as", "an", "extra"]},
+    )
+
+
+PAYLOADS = {
+    "plain chat": [ChatGeneration(message=AIMessage("Hello."))],
+    "rich chat": [
+        ChatGeneration(
+            message=_rich(), generation_info={"finish_reason": "stop", "more": {"a": [1]}}
+        )
+    ],
+    "chunk": [ChatGeneration(message=AIMessageChunk(content="part", response_metadata={"a": 1}))],
+    "content blocks": [
+        ChatGeneration(
+            message=AIMessage(
+                content=[{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+            )
+        )
+    ],
+    "text": [Generation(text="plain", generation_info={"finish_reason": "stop", "l": [1]})],
+    "text without info": [Generation(text="plain")],
+    "two": [ChatGeneration(message=AIMessage("a")), ChatGeneration(message=AIMessage("b"))],
+}
+
+
+def _same(a: Any, b: Any) -> None:
+    """``a`` and ``b`` are the same generation: equal, same class, same fields set (the
+    message's too), the same serialization."""
+    assert type(a) is type(b) and a == b
+    assert a.model_fields_set == b.model_fields_set
+    assert dumps(a) == dumps(b)
+    if isinstance(a, ChatGeneration):
+        assert type(a.message) is type(b.message)
+        assert a.message.model_fields_set == b.message.model_fields_set
+        assert a.message.__pydantic_extra__ == b.message.__pydantic_extra__
+        assert a.text == b.text and type(a.text) is type(b.text)
+
+
+def _containers(value: Any, found: list[Any]) -> list[Any]:
+    """Every dict and list inside ``value`` (a model's fields and extras included)."""
+    if hasattr(value, "__pydantic_fields_set__"):
+        for field in (value.__dict__, value.__pydantic_extra__ or {}):
+            for item in field.values():
+                _containers(item, found)
+        return found
+    if isinstance(value, dict):
+        found.append(value)
+        for item in value.values():
+            _containers(item, found)
+    elif isinstance(value, list):
+        found.append(value)
+        for item in value:
+            _containers(item, found)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(PAYLOADS))
+@pytest.mark.parametrize("tier", [TIER, None], ids=["tagged", "untagged"])
+def test_served_generations_are_the_validated_rebuild(name: str, tier: Any) -> None:
+    payload = payload_from_generations(PAYLOADS[name])
+    entry = CacheEntry("text", payload=payload)
+    for _ in range(3):  # the first builds the shapes, the others copy them
+        served = generations_of(entry, tier)
+        rebuilt = generations_from_payload(fresh(payload), tier)
+        assert len(served) == len(rebuilt)
+        for a, b in zip(served, rebuilt, strict=True):
+            _same(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(PAYLOADS))
+def test_served_generations_share_nothing_mutable(name: str) -> None:
+    payload = payload_from_generations(PAYLOADS[name])
+    before = fresh(payload)
+    entry = CacheEntry("text", payload=payload)
+    one, two = generations_of(entry, dict(TIER)), generations_of(entry, dict(TIER))  # (per hit)
+    ids_two = {id(c) for c in _containers(two, [])}
+    ids_payload = {id(c) for c in _containers(payload, [])}
+    mine = _containers(one, [])
+    assert mine and not {id(c) for c in mine} & (ids_two | ids_payload)
+    assert all(a is not b for a, b in zip(one, two, strict=True))
+    for container in mine:  # the app changes everything it was served
+        if isinstance(container, dict):
+            container["changed"] = True
+        else:
+            container.append("changed")
+    assert entry.payload == before
+    for a, b in zip(generations_of(entry, TIER), generations_from_payload(fresh(before), TIER),
+                    strict=True):  # fmt: skip
+        _same(a, b)
+
+
+def test_a_payload_not_ours_still_raises() -> None:
+    with pytest.raises(ValueError):
+        generations_of(CacheEntry("text", payload={"v": 2}), TIER)
+
+
+def test_a_hit_copies_its_entrys_payload_when_read() -> None:
+    entry = CacheEntry("text", payload={"a": [1, {"b": 2}]})
+    hit = Hit(text="text", payload=STORED, tier="exact", level="l1", key="k", entry=entry)
+    payload = hit.payload
+    assert payload == entry.payload and payload is not entry.payload
+    assert hit.payload is payload  # one copy per hit
+    assert Hit(text="text", payload=STORED, tier="exact", level="l1", key="k", entry=entry) == hit
+    payload["a"][1]["b"] = 3
+    assert entry.payload == {"a": [1, {"b": 2}]}
+    given = Hit(text="t", payload={"x": 1}, tier="faq", level="app", key="k", entry=entry)
+    assert given.payload == {"x": 1} and given != hit
+    assert "payload={'a': [1, {'b': 3}]}" in repr(hit)
+
+
+@pytest.fixture
+def tricache(tmp_path: Path) -> Iterator[TriCache]:
+    with Cache(path=tmp_path / "c.sqlite3", semantic=False, faq=False) as core:
+        yield TriCache(cache=core)
+
+
+def test_an_app_that_edits_its_answer_never_changes_the_next_hit(tricache: TriCache) -> None:
+    model = GenericFakeChatModel(messages=itertools.repeat(_rich()), cache=tricache)
+    prompt = [SystemMessage("Be brief."), HumanMessage("How do I rotate my keys?")]
+    first = model.invoke(prompt)
+    served = model.invoke(prompt)
+    assert served.response_metadata["tricache"]["tier"] == "exact"
+    for container in _containers(served, []):
+        if isinstance(container, dict):
+            container["changed"] = True
+        else:
+            container.append("changed")
+    again = model.invoke(prompt)
+    assert again.response_metadata["tricache"]["tier"] == "exact"
+    assert again.additional_kwargs == first.additional_kwargs
+    assert again.tool_calls == first.tool_calls and again.usage_metadata is not None
+    assert again.an_extra_field == {"kept": ["as", "an", "extra"]}  # type: ignore[attr-defined]
+    assert "changed" not in again.response_metadata
