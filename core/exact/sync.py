@@ -68,7 +68,7 @@ class VersionSync:
         if self.link.store is None:
             return None
         self._upkeep.start()
-        names = [tag_meta(t) for t in self.view.unknown(tags)]
+        names = [tag_meta(t) for t in self.view.unknown(tags)] if tags else []
         if (not names and self.view.verified()) or not self.link.breaker.allow():
             return None
         return names

@@ -239,7 +239,7 @@ class _ExactReads(_ExactParts):
             self.misses.record(key, UNFIT)
             return None
         hit = self._from_l1(key, tags)
-        store = self.store
+        store = self.link.store
         if hit is not None or store is None or not self._should_read_l2(key, reachable):
             return self._settled(key, tags, hit)
         deletes = self.versions.deletes  # (a delete learned during the read: not kept in L1)
@@ -422,7 +422,7 @@ class _ExactReads(_ExactParts):
         request that declares a dependency is never served an answer that did not declare it
         (one cached before the app tagged its calls: ``invalidate(tag)`` cannot reach it).
         The request's own answer, written under its tags, replaces it."""
-        if all(tag in entry.tag_versions for tag in tags):
+        if not tags or all(tag in entry.tag_versions for tag in tags):
             return True
         self.metrics.incr(TIER, "undeclared_tags")
         return False
