@@ -28,7 +28,13 @@ from tricache import Answer, Hit, Outcome
 from tricache.key.conversation import stream_pieces
 from tricache.runtime.aiter import async_iter
 
-from .convert import finish_reason, generations_from_payload, payload_from_generations, usage_tokens
+from .convert import (
+    finish_reason,
+    generations_from_payload,
+    generations_of,
+    payload_from_generations,
+    usage_tokens,
+)
 
 __all__ = ["CHAIN", "CHAT", "ChainCodec", "ChatCodec"]
 
@@ -64,7 +70,10 @@ class ChatCodec:
         info = hit.metadata()
         if hit.tier == "faq":  # a curated answer from the cache's FAQ
             return AIMessage(hit.text, response_metadata={"tricache": info})
-        generations = generations_from_payload(hit.payload, info)  # (raises: not ours)
+        if hit.tier in ("exact", "semantic"):  # (raises: not ours)
+            generations = generations_of(hit.entry, info)  # (a hit's payload copies its entry's)
+        else:
+            generations = generations_from_payload(hit.payload, info)
         if isinstance(generations[0], ChatGeneration):
             return generations[0].message  # type: ignore[return-value]
         return None

@@ -224,7 +224,8 @@ class _Shape:
     field that is not an immutable scalar deep-copied (``_copied``), ``build`` a new model
     of it (``__setstate__``, as pickle and ``copy`` rebuild a model: no validation)."""
 
-    __slots__ = ("cls", "extra", "fields", "fields_set", "mutable", "private")
+    __slots__ = ("cls", "empty_dicts", "empty_lists", "extra", "fields", "fields_set", "mutable",
+                 "private")  # fmt: skip
 
     def __init__(self, model: Any, *, kept: tuple[str, ...] = ()) -> None:
         state = model.__getstate__()
@@ -234,11 +235,18 @@ class _Shape:
         self.fields_set: set[str] = state["__pydantic_fields_set__"]
         self.private: dict[str, Any] | None = state["__pydantic_private__"]
         # (``kept``: fields the caller replaces with a new object of its own)
-        self.mutable = tuple(name for name, value in self.fields.items()
-                             if not _immutable(value) and name not in kept)  # fmt: skip
+        mutable = [(name, value) for name, value in self.fields.items()
+                   if not _immutable(value) and name not in kept]  # fmt: skip
+        self.empty_dicts = tuple(n for n, v in mutable if type(v) is dict and not v)
+        self.empty_lists = tuple(n for n, v in mutable if type(v) is list and not v)
+        self.mutable = tuple(n for n, v in mutable if v or type(v) not in (dict, list))
 
     def state(self) -> dict[str, Any]:
         fields = self.fields.copy()
+        for name in self.empty_dicts:  # (most fields: one new {} or [] each, no call)
+            fields[name] = {}
+        for name in self.empty_lists:
+            fields[name] = []
         for name in self.mutable:
             fields[name] = _copied(fields[name])
         return {

@@ -184,3 +184,24 @@ def test_an_app_that_edits_its_answer_never_changes_the_next_hit(tricache: TriCa
     assert again.tool_calls == first.tool_calls and again.usage_metadata is not None
     assert again.an_extra_field == {"kept": ["as", "an", "extra"]}  # type: ignore[attr-defined]
     assert "changed" not in again.response_metadata
+
+
+def test_the_wrapper_serves_fresh_messages_too(tmp_path: Path) -> None:
+    from langchain_tricache import CachedChatModel
+
+    with Cache(path=tmp_path / "w.sqlite3", semantic=False, faq=False) as core:
+        inner = GenericFakeChatModel(messages=itertools.repeat(_rich()))
+        model = CachedChatModel(inner=inner, tricache=core)
+        first = model.invoke("How do I rotate my keys?")
+        served = model.invoke("How do I rotate my keys?")
+        assert served.response_metadata["tricache"]["tier"] == "exact"
+        for container in _containers(served, []):
+            if isinstance(container, dict):
+                container["changed"] = True
+            else:
+                container.append("changed")
+        again = model.invoke("How do I rotate my keys?")
+        assert again.response_metadata["tricache"]["tier"] == "exact"
+        assert again.additional_kwargs == first.additional_kwargs
+        assert again.tool_calls == first.tool_calls
+        assert "changed" not in again.response_metadata
