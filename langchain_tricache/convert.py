@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -20,6 +21,7 @@ from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache.flow import FINISHED, SHAPING_OPTIONS, Answer
 from tricache.flow import finish_reason as provider_finish
+from tricache.hit import fresh
 from tricache.key.conversation import (
     Conversation,
     canonical_calls,
@@ -206,13 +208,32 @@ def generations_of(entry: CacheEntry, tier: dict[str, Any] | None = None) -> lis
     key = id(entry)  # (the memo holds the entry: no other object takes its id meanwhile)
     found = _SERVED.get(key)
     if found is None or found[0] is not entry:
-        packed = msgpack.packb(entry.payload, use_bin_type=True, unicode_errors="surrogatepass")
-        payload = msgpack.unpackb(packed, raw=False, strict_map_key=False,
-                                  unicode_errors="surrogatepass")  # fmt: skip
-        shapes = [_shapes(g) for g in generations_from_payload(payload, None)]
-        found = (entry, shapes)
-        _SERVED.put(key, found, 2 * ENTRY_BYTES + 4 * len(packed) + text_size(entry.text))
-    return [_served(generation, message, tier) for generation, message in found[1]]
+        payload = fresh(entry.payload)  # (``generations_from_payload`` edits what it is given)
+        weight = 2 * ENTRY_BYTES + text_size(entry.text) + 2 * _weight(payload)  # entry, shapes
+        found = (entry, [_shapes(g) for g in generations_from_payload(payload, None)])
+        _SERVED.put(key, found, weight + _SHAPE_BYTES * len(found[1]))
+    try:
+        return [_served(generation, message, tier) for generation, message in found[1]]
+    except RecursionError:  # data nested deeper than a copy by recursion goes: rebuilt whole
+        return generations_from_payload(fresh(entry.payload), tier)
+
+
+_SHAPE_BYTES = 3000  # a generation's and its message's shapes besides their data (tracemalloc)
+
+
+def _weight(value: Any) -> int:
+    """Bytes held by plain data (``sys.getsizeof`` of each dict, list and scalar in it), at
+    any depth (no recursion)."""
+    total, left = 0, [value]
+    while left:
+        item = left.pop()
+        total += sys.getsizeof(item)
+        if type(item) is dict:
+            left.extend(item.keys())
+            left.extend(item.values())
+        elif type(item) is list:
+            left.extend(item)
+    return total
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})

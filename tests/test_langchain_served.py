@@ -4,7 +4,9 @@ or with another hit; a core hit copies its payload only when the payload is read
 
 from __future__ import annotations
 
+import gc
 import itertools
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from langchain_core.outputs import ChatGeneration, Generation
 
 from langchain_tricache import TriCache
 from langchain_tricache.convert import (
+    _SERVED,
     generations_from_payload,
     generations_of,
     payload_from_generations,
@@ -205,3 +208,62 @@ def test_the_wrapper_serves_fresh_messages_too(tmp_path: Path) -> None:
         assert again.additional_kwargs == first.additional_kwargs
         assert again.tool_calls == first.tool_calls
         assert "changed" not in again.response_metadata
+
+
+def _kept_by(run: Any) -> int:
+    """Bytes allocated while ``run()`` ran, by code it called, and still held after it."""
+    tracemalloc.start(12)  # deep enough to reach run() from what pydantic allocates
+    try:
+        gc.collect()
+        before = tracemalloc.take_snapshot()
+        run()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    by_run = [tracemalloc.Filter(True, __file__, all_frames=True)]
+    diff = after.filter_traces(by_run).compare_to(before.filter_traces(by_run), "filename")
+    return sum(stat.size_diff for stat in diff)
+
+
+@pytest.mark.parametrize("tokens", [0, 40])
+def test_the_served_shapes_are_bounded_by_bytes(tokens: int) -> None:
+    """Entries served once each, plain or with per-token log probabilities (many small dicts):
+    the memo of their shapes keeps within 16 MiB and counts at least what it holds."""
+    _SERVED.clear()
+
+    def hits() -> None:
+        for i in range(1500 if tokens else 5000):  # (each several times what 16 MiB holds)
+            message = AIMessage(
+                f"answer {i} " + "x" * 300,
+                response_metadata={
+                    "logprobs": [
+                        {"token": f"t{j}", "logprob": -0.5, "top": []} for j in range(tokens)
+                    ]
+                },
+            )
+            payload = payload_from_generations([ChatGeneration(message=message)])
+            generations_of(CacheEntry(f"answer {i}", payload=payload), dict(TIER))
+
+    grown = _kept_by(hits)
+    assert _SERVED.bytes <= 16 * 2**20
+    assert grown <= _SERVED.bytes + 2**20  # the count does not under-report
+    _SERVED.clear()
+
+
+def test_an_answer_nested_deeper_than_recursion_goes_is_served_whole() -> None:
+    deep: Any = "bottom"
+    for _ in range(250):  # 500 levels: within what MessagePack writes (511)
+        deep = {"d": [deep]}
+    message = AIMessage("deep", additional_kwargs={"nested": deep})
+    entry = CacheEntry("deep", payload=payload_from_generations([ChatGeneration(message=message)]))
+    served = generations_of(entry, dict(TIER))  # (a copy by recursion raised: rebuilt whole)
+    rebuilt = generations_from_payload(fresh(entry.payload), dict(TIER))
+    assert (
+        served == rebuilt
+        and served[0].message.model_fields_set == rebuilt[0].message.model_fields_set
+    )
+    assert (
+        served[0].message.additional_kwargs["nested"]
+        is not entry.payload["generations"][0]["message"]["data"]["additional_kwargs"]["nested"]
+    )
