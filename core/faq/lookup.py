@@ -97,19 +97,16 @@ def _decide(
         learning.pend(asked.key, Pending(pool, "", "", 0.0, "", question, 1.0, time.monotonic(),
                                          None, near))  # fmt: skip
         return None
-    point = f"faq:{best.faq_id}"
     threshold = learning.threshold(pool, store.threshold, learn.error_bound)
-    threshold = learning.entry_threshold(pool, point, 0.0, threshold)
-    pending = Pending(pool, point, "", best.score, best.matched, question, 1.0,
+    pending = Pending(pool, f"faq:{best.faq_id}", "", best.score, best.matched, question, 1.0,
                       time.monotonic(), best.answer, near)  # fmt: skip
-    if best.score < threshold:
+    verdict = learning.serves(asked.key, pending, threshold, explore=learn.explore)
+    if verdict == "below":  # the LLM's answer labels it
         learning.pend(asked.key, pending)
         return None
-    if learning.explores(learn.explore):
-        learning.pend(asked.key, pending._replace(weight=1 / learn.explore))
+    if verdict == "explored":
         metrics.incr("faq", "explorations")
         return None
-    learning.served(pool, best.score)
     if best.score < store.threshold:
         metrics.incr("faq", "hits_learned")
     return best

@@ -538,6 +538,29 @@ class Learning:
             by_class = self._hits.setdefault(pool, {})
             by_class.setdefault(cls, Counter())[int(score * 100)] += 1
 
+    def serves(
+        self,
+        key: str,
+        pending: Pending,
+        threshold: float,
+        version: float = 0.0,
+        explore: float | None = None,
+    ) -> str:
+        """The last word on a candidate at its pool's ``threshold``, for the semantic tier
+        and the FAQ alike: ``"below"`` the threshold as raised by what its entry (written at
+        ``version``) was taught; ``"explored"``, not served so that the LLM answers and labels
+        it (``key``: the miss, pended here); else ``"served"`` (counted).  ``pending``: the
+        candidate, as its miss would label it."""
+        pool, score = pending.pool, pending.score
+        if score < self.entry_threshold(pool, pending.point, version, threshold):
+            return "below"
+        rate = self.explore_rate if explore is None else explore
+        if self.explores(rate):
+            self.pend(key, pending._replace(weight=1 / rate))
+            return "explored"
+        self.served(pool, score, pending.cls)
+        return "served"
+
     def explores(self, rate: float | None = None) -> bool:
         """Whether to skip serving this hit and let the LLM answer (and label it)."""
         return self.rng.random() < (self.explore_rate if rate is None else rate)

@@ -372,19 +372,15 @@ class SemanticTier:
                     self.metrics.incr(TIER, f"guard_{reason}")
             elif (entry := self._resolve(candidate, resolve, decision)) is None:
                 continue
-            elif candidate.score < learning.entry_threshold(
-                pool, candidate.id, entry.watermark, threshold
-            ):
-                decision.rejected[candidate.id] = "entry_threshold"
-            elif learning.explores():  # not served: the LLM answers, and labels it
-                learning.pend(key, pending._replace(weight=1 / learning.explore_rate))
+            elif (verdict := learning.serves(key, pending, threshold, entry.watermark)) == "served":
+                learned = cls.endswith("+soft") or candidate.score < self.threshold + offset
+                return self._hit(candidate, entry, decision, "learned" if learned else "threshold")
+            elif verdict == "explored":  # not served: the LLM answers, and labels it
                 decision.rejected[candidate.id] = "explored"
                 self.metrics.incr(TIER, "explorations")
                 return None
-            else:
-                learning.served(pool, candidate.score, cls)
-                learned = cls.endswith("+soft") or candidate.score < self.threshold + offset
-                return self._hit(candidate, entry, decision, "learned" if learned else "threshold")
+            else:  # below the threshold its entry was taught
+                decision.rejected[candidate.id] = "entry_threshold"
             if not labelled and key:
                 learning.pend(key, pending)
                 labelled = True
