@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .exact.link import store_error
 from .exact.tier import ExactTier
 from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
-from .hit import STORED, Hit, fresh
+from .hit import STORED, Hit
 from .key.asked import Asked, ask
 from .key.entry import CacheEntry
 from .key.request import CacheRequest
@@ -36,7 +36,7 @@ from .tiers import TierLoader
 if TYPE_CHECKING:
     from .semantic.tier import SemanticTier
 
-__all__ = ["TRUSTED_MISS", "Pipeline", "RecentHits", "TierFrame", "TierLookup", "fresh"]
+__all__ = ["TRUSTED_MISS", "Pipeline", "RecentHits", "TierFrame", "TierLookup"]
 
 # the questions a semantic hit compared, by its entry_id: what ``feedback`` records
 RecentHits = OrderedDict[str, tuple[str, str, float]]
@@ -302,7 +302,7 @@ class SemanticLookup:
         while len(self.recent_hits) > _RECENT_HITS:
             self.recent_hits.popitem(last=False)
         entry = found.entry
-        return Hit(text=entry.text, payload=fresh(entry.payload), tier="semantic",
+        return Hit(text=entry.text, payload=STORED, tier="semantic",
                    level=tier.index.name, key=asked.key, entry=entry, score=found.score,
                    entry_id=entry_id, matched_question=found.question)  # fmt: skip
 
