@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextvars import ContextVar
 from functools import partial
 from typing import Any, TypeVar
@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from tricache import Cache, CacheRequest, Coalescer, Outcome
 from tricache.key.options import entry_options
+from tricache.key.tenancy import CallScope, call_scope, in_scope
 from tricache.verbs import CacheVerbs
 
 from .codec import CHAT, to_chunk
@@ -117,29 +118,50 @@ class CachedChatModel(CacheVerbs, BaseChatModel):
         with _calling(config):
             return super().invoke(input, config, **kwargs)
 
-    async def ainvoke(
+    # A coroutine or a stream runs when it is awaited or read, maybe after the caller left its
+    # ``with tenant(...)`` / ``entry_options(...)`` block (a web handler returns the stream it
+    # made): each runs in the scope of the moment it was made (``call_scope``).
+    def ainvoke(  # type: ignore[override]
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AIMessage:
-        with _calling(config):
-            return await super().ainvoke(input, config, **kwargs)
+    ) -> Coroutine[Any, Any, AIMessage]:
+        return self._ainvoke(call_scope(), input, config, kwargs)
 
     def stream(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[AIMessageChunk]:
+        return self._streamed(call_scope(), input, config, kwargs)
+
+    def astream(  # type: ignore[override]
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[AIMessageChunk]:
+        return self._astreamed(call_scope(), input, config, kwargs)
+
+    async def _ainvoke(
+        self, scope: CallScope, input: LanguageModelInput, config: RunnableConfig | None,
+        kwargs: dict[str, Any],
+    ) -> AIMessage:  # fmt: skip
+        with _calling(config), in_scope(scope):
+            return await super().ainvoke(input, config, **kwargs)
+
+    def _streamed(
+        self, scope: CallScope, input: LanguageModelInput, config: RunnableConfig | None,
+        kwargs: dict[str, Any],
+    ) -> Iterator[AIMessageChunk]:  # fmt: skip
         chunks = super().stream(input, config, **kwargs)
         while True:
-            with _calling(config):  # (each step: a generator may end in another context)
-                chunk = next(chunks, None)
+            with _calling(config), in_scope(scope):  # (each step: a generator may end in
+                chunk = next(chunks, None)  # another context)
             if chunk is None:
                 return
             yield chunk
 
-    async def astream(
-        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[AIMessageChunk]:
+    async def _astreamed(
+        self, scope: CallScope, input: LanguageModelInput, config: RunnableConfig | None,
+        kwargs: dict[str, Any],
+    ) -> AsyncIterator[AIMessageChunk]:  # fmt: skip
         chunks = super().astream(input, config, **kwargs)
         while True:
-            with _calling(config):
+            with _calling(config), in_scope(scope):
                 chunk = await anext(chunks, None)
             if chunk is None:
                 return

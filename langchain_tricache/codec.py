@@ -101,12 +101,14 @@ class ChatCodec:
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def said_stream(self, out: Outcome[Iterator[Any]]) -> Iterator[ChatGenerationChunk]:
-        """A stream whose first chunk says who answered (a replay says it already)."""
+        """A stream whose first chunk says who answered (a replay says it already).  The
+        model's chunks are the caller's copies: the cache stores the stream once it ends, so
+        an app that edits a chunk as it comes must not edit what is stored."""
         if out.hit is not None:
             yield from out.answer
             return
         for i, chunk in enumerate(out.answer):
-            yield ChatGenerationChunk(message=self.tagged(chunk) if i == 0 else chunk)
+            yield ChatGenerationChunk(message=self._own(chunk, first=i == 0))
 
     async def asaid_stream(
         self, out: Outcome[AsyncIterator[Any]]
@@ -116,8 +118,13 @@ class ChatCodec:
             if out.hit is not None:
                 yield chunk
             else:
-                yield ChatGenerationChunk(message=self.tagged(chunk) if first else chunk)
+                yield ChatGenerationChunk(message=self._own(chunk, first=first))
             first = False
+
+    def _own(self, chunk: AIMessageChunk, *, first: bool) -> AIMessageChunk:
+        """The caller's copy of a chunk the model streamed; the first says who answered."""
+        mine = chunk.model_copy(deep=True)
+        return self.tagged(mine) if first else mine
 
     def replayed(self, message: AIMessage, info: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
         """A cached answer as a stream: word-sized chunks; the first says which tier served it

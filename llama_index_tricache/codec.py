@@ -93,16 +93,26 @@ class LLMCodec:
         return out.answer if out.hit is not None else tagged(out.answer, _LLM)
 
     def said_stream(self, out: Outcome[Iterator[Any]]) -> Generator[Any, None, None]:
-        """Every response of the stream says who answered."""
+        """Every response of the stream says who answered.  The model's responses are the
+        caller's copies (``owned``): the cache stores the stream once it ends, so an app that
+        edits a response as it comes must not edit what is stored."""
         if out.hit is not None:
             yield from out.answer
             return
         for response in out.answer:
-            yield tagged(response, _LLM)
+            yield tagged(owned(response), _LLM)
 
     async def asaid_stream(self, out: Outcome[AsyncIterator[Any]]) -> AsyncGenerator[Any, None]:
         async for response in out.answer:
-            yield response if out.hit is not None else tagged(response, _LLM)
+            yield response if out.hit is not None else tagged(owned(response), _LLM)
+
+
+def owned(response: Any) -> Any:
+    """A copy of a streamed ``response`` whose message and fields are new; ``raw``, the
+    provider's own object, which the cache does not keep, is shared."""
+    fields = type(response).model_fields
+    return response.model_copy(update={name: copy.deepcopy(getattr(response, name))
+                                       for name in fields if name != "raw"})  # fmt: skip
 
 
 def tagged(response: Any, info: dict[str, Any]) -> Any:

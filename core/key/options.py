@@ -25,6 +25,7 @@ __all__ = [
     "checked_ttl",
     "current_entry_options",
     "entry_options",
+    "exactly",
     "options_from",
 ]
 
@@ -87,6 +88,17 @@ def entry_options(
 
 def current_entry_options() -> EntryOptions:
     return _options.get() or _NONE
+
+
+@contextlib.contextmanager
+def exactly(options: EntryOptions) -> Iterator[None]:
+    """Entries written inside the block get ``options``, not merged with the outer ones
+    (``tenancy.in_scope``: a call's options as they were when it was made)."""
+    token = _options.set(options)
+    try:
+        yield
+    finally:
+        _options.reset(token)
 
 
 def options_from(fields: Mapping[str, Any] | None) -> dict[str, Any]:
