@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -97,7 +97,8 @@ def _parse(prompt: str) -> Conversation:
         return Conversation(prompt)
     try:
         items = json.loads(prompt)
-        messages = [_message_from_serialized(item) for item in items]
+        calls = _call_positions(item["kwargs"] for item in items)
+        messages = [_message_from_serialized(item, calls) for item in items]
     except (ValueError, TypeError, KeyError, RecursionError, AttributeError):
         return Conversation(prompt, semantic=False)
     return split_conversation(messages)
@@ -105,25 +106,46 @@ def _parse(prompt: str) -> Conversation:
 
 def parse_messages(messages: Sequence[BaseMessage]) -> Conversation:
     """The same view, from message objects (the chat-model wrapper has them at hand)."""
-    return split_conversation([(_role(m), _text(m.content), _meta(dict(m))) for m in messages])
+    fields = [dict(m) for m in messages]
+    calls = _call_positions(fields)
+    said = zip(messages, fields, strict=True)
+    return split_conversation([(_role(m), _text(m.content), _meta(f, calls)) for m, f in said])
+
+
+def _call_positions(messages: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Tool call id → ``[tool name, position among the conversation's calls]``: which call a
+    tool result answers, without the id (run-specific).  Parallel results that come back in
+    another order answer other calls: a model pairs them by id."""
+    positions: dict[str, list[Any]] = {}
+    for fields in messages:
+        for call in fields.get("tool_calls") or ():
+            if isinstance(call, Mapping) and call.get("id") is not None:
+                positions.setdefault(str(call["id"]), [call.get("name"), len(positions)])
+    return positions
 
 
 def _role(message: BaseMessage) -> str:
     return str(getattr(message, "role", message.type)) if message.type == "chat" else message.type
 
 
-def _message_from_serialized(item: dict[str, Any]) -> tuple[str, str, str]:
+def _message_from_serialized(
+    item: dict[str, Any], calls: Mapping[str, list[Any]]
+) -> tuple[str, str, str]:
     kwargs = item["kwargs"]
     role = _ROLES.get(item["id"][-1], kwargs.get("type", "chat"))
     if role == "chat":
         role = str(kwargs.get("role", "chat"))
-    return role, _text(kwargs.get("content", "")), _meta(kwargs)
+    return role, _text(kwargs.get("content", "")), _meta(kwargs, calls)
 
 
-def _meta(fields: Mapping[str, Any]) -> str:
+def _meta(fields: Mapping[str, Any], calls: Mapping[str, list[Any]]) -> str:
     """Every field of a message that can change the answer (name, tool calls without their
-    ids, a tool result's name and status, provider extras …) as canonical text."""
+    ids, which call a tool result answers, its name and status, provider extras …) as
+    canonical text.  A result whose call is not in the conversation keeps its id."""
     kept = {k: v for k, v in fields.items() if k not in _NOT_META}
+    answers = fields.get("tool_call_id")
+    if answers is not None:
+        kept["answers"] = calls.get(str(answers), ["id", str(answers)])
     for name in _CALL_FIELDS:
         if kept.get(name):
             kept[name] = canonical_calls(kept[name])

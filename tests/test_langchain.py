@@ -427,11 +427,18 @@ ANSWER_CHANGING = {
         3, content=[{"type": "text", "text": ASK.content}, {"type": "image_url", "image_url": "a"}]
     ),
     "function message": [*BASE[:3], FunctionMessage("18C", name="lookup"), ASK],
+    # a result whose call is not in the conversation: it answers no call of this one
+    "tool_call_id alone": _variant(2, tool_call_id="call_9"),
 }
 NOT_ANSWER_CHANGING = {
     "message id": _variant(3, id="run-7"),
-    "tool call id": _variant(1, tool_calls=[{**CALL, "id": "call_9"}]),
-    "tool_call_id": _variant(2, tool_call_id="call_9"),
+    # the ids of a run: the result still answers the call (tests/test_tool_pairing.py)
+    "tool call ids": [
+        BASE[0],
+        _variant(1, tool_calls=[{**CALL, "id": "call_9"}])[1],
+        _variant(2, tool_call_id="call_9")[2],
+        ASK,
+    ],
     "artifact": _variant(2, artifact={"raw": [1, 2]}),
     "provider reports": _variant(
         1,
