@@ -308,7 +308,8 @@ def stored_steps(
     ttl: float | None,
     category: str | None = None,
 ) -> Steps[bool]:
-    """Store ``answer`` as ``allowed``; ``False`` when not stored."""
+    """Store ``answer`` as ``allowed``; ``False`` when not stored (a model's answer the store
+    cannot hold is the app's all the same: never an error)."""
     if allowed is Reuse.NEVER:
         pipeline.metrics.incr("exact", "not_reusable")
         return False
@@ -319,7 +320,13 @@ def stored_steps(
     shared = semantic and allowed is Reuse.LOOK_ALIKES
     fields = dict(category=category, negative=False, tokens=answer.tokens, model=answer.model,
                   stamp=began, shared=shared, ttl=ttl)  # fmt: skip
-    return (yield from pipeline.update_steps(asked, answer.text, answer.payload, shared, fields))
+    try:
+        return (yield from pipeline.update_steps(asked, answer.text, answer.payload, shared,
+                                                 fields))  # fmt: skip
+    except TypeError as exc:  # not plain data (an int past 64 bits): passed on, never stored
+        pipeline.metrics.incr("exact", "unstorable")
+        log.warning("tricache: answer not stored (%s)", exc)
+        return False
 
 
 # streams -----------------------------------------------------------------------------------------
