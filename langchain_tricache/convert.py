@@ -181,6 +181,9 @@ def llm_key(llm_string: str) -> str:
 
 
 # generations ⇄ payload --------------------------------------------------------------------
+_USAGE = frozenset({"input_tokens", "output_tokens", "total_tokens"})  # what AIMessage requires
+
+
 def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any]:
     """Plain data for the store: kind, text, generation info and, for chat, the message.
     Shares nothing with ``generations`` (the store keeps it; the caller keeps those)."""
@@ -190,6 +193,9 @@ def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any
         if isinstance(generation, ChatGeneration):
             message = message_to_dict(generation.message)
             message["data"].pop("id", None)  # a run id: meaningless on a replay
+            usage = message["data"].get("usage_metadata")
+            if usage is not None and not usage.keys() >= _USAGE:  # unreadable as AIMessage's:
+                del message["data"]["usage_metadata"]  # a LangChain hit's {"total_cost": 0}
             item |= {"kind": "chat", "message": message}
         else:
             item["kind"] = "text"

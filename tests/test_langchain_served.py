@@ -267,3 +267,24 @@ def test_an_answer_nested_deeper_than_recursion_goes_is_served_whole() -> None:
         served[0].message.additional_kwargs["nested"]
         is not entry.payload["generations"][0]["message"]["data"]["additional_kwargs"]["nested"]
     )
+
+
+def test_an_answer_langchain_served_from_its_own_cache_is_stored_readable(tmp_path: Path) -> None:
+    """LangChain marks what its cache served with ``usage_metadata={"total_cost": 0}``, which
+    an AIMessage cannot be validated with: stored as it is, the entry could never be read
+    back (every call a miss).  The incomplete usage is left out of what is stored."""
+    from langchain_core.caches import InMemoryCache
+
+    from langchain_tricache import CachedChatModel
+
+    inner = GenericFakeChatModel(messages=itertools.repeat(AIMessage("Rome.")),
+                                 cache=InMemoryCache())  # fmt: skip
+    inner.invoke("Capital of Italy?")  # LangChain's cache holds it now
+    cache = Cache(path=str(tmp_path / "c.sqlite3"), semantic=False)
+    model = CachedChatModel(inner=inner, tricache=cache)
+    first = model.invoke("Capital of Italy?")
+    assert first.content == "Rome." and first.usage_metadata == {"total_cost": 0}
+    again = model.invoke("Capital of Italy?")
+    assert again.content == "Rome." and again.response_metadata["tricache"]["tier"] == "exact"
+    assert "corrupt" not in cache.metrics.snapshot()["exact"]
+    cache.close()
