@@ -185,7 +185,14 @@ def test_analysis_extracts_numbers_entities_and_negations() -> None:
     ["What's the weather today?", "What is the latest version?", "Where is my order?",
      "今天北京天气怎么样", "最新的版本是什么", "我的订单到哪了", "What time is it now?",
      "Is my account locked?", "Has my refund been paid?", "Why was my card declined?",
-     "My card payment is still on hold, why?", "When will my card arrive?"],
+     "My card payment is still on hold, why?", "When will my card arrive?",
+     # the present state of the world without a time word: the date, a countdown, a time
+     # since, open or down now, delays
+     "What day of the week is it?", "What year is it?", "what's the date",
+     "How long until midnight?", "How many days until Christmas?", "离春节还有几天？",
+     "How many years since the Berlin Wall fell?", "Is it a weekend?", "Is the store open?",
+     "Is it daytime in Tokyo?", "Is Gmail down?", "Any delays on the Piccadilly line?",
+     "28号是星期几", "银行开门了吗", "微信是不是崩了吗"],
 )  # fmt: skip
 def test_time_or_asker_dependent_questions_are_not_cacheable(question: str) -> None:
     assert not is_cacheable(question)
@@ -198,7 +205,12 @@ def test_time_or_asker_dependent_questions_are_not_cacheable(question: str) -> N
      # what to do, a request to the service, how long in general: one answer for everyone
      "What should I do if I lost my card?", "I want to close my account",
      "Can you freeze my card?", "Is there a way to know when my card will arrive?",
-     "How long does it take to get my card?", "What time zone is Tokyo in?"],
+     "How long does it take to get my card?", "What time zone is Tokyo in?",
+     # dates and durations that do not move with the clock
+     "What day is Christmas?", "What year did WW2 end?", "What is the day of the dead?",
+     "How many days are in a leap year?", "What day of the week was July 4 1776?",
+     "How long before bed should I stop drinking coffee?", "Is Python open source?",
+     "每个月几号还款", "What date format does Excel use?"],
 )  # fmt: skip
 def test_stable_questions_are_cacheable(question: str) -> None:
     assert is_cacheable(question)

@@ -1,7 +1,9 @@
 """Cacheability: whether a question's answer depends on the time or on who asks.
 
-Owns ``is_cacheable`` and its patterns (English and Chinese); the cache neither stores nor
-serves a question it refuses.  It reads the raw question, not the guards' ``Analysis``.
+Owns ``is_cacheable`` and its patterns (English and Chinese): a time word or the asker's own
+things ("today", "my order"), and the present state of the world asked without one (the date, a
+countdown, whether something is open, down or delayed now); the cache neither stores nor serves
+a question it refuses.  It reads the raw question, not the guards' ``Analysis``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,26 @@ _TIME_OR_ASKER_EN = re.compile(
     r"recently|this (?:week|month|year|morning|afternoon|evening)|next (?:week|month|year)|"
     r"last (?:week|month|year|night)|"
     r"weather|stock price|exchange rate|score of|breaking news|what time(?! zone))\b"
+)
+# The present state of the world, asked without a time word: the date, a countdown or a time
+# since (its answer moves with the clock), whether something is open, down or delayed now.
+_NOW_EN = re.compile(
+    r"\bwhat(?:'s| is) (?:the )?(?:date|day|year|month|season)(?: of the (?:week|month|year))?"
+    r"(?: is it| it is)?\??$|"
+    r"\bwhat (?:day|date|year|month|season)(?: of the (?:week|month|year))? is it\b|"
+    r"\bhow (?:long|much time|many (?:days|hours|minutes|weeks|months|years|sleeps)) "
+    r"(?:is it |are there |left |do we have |to go |remain |remaining )?(?:until|till)\b|"
+    r"\bhow many (?:days|hours|minutes|weeks|months|years) (?:ago|since|have passed|has it been)\b|"
+    r"\bhow long ago\b|\bdays? left (?:until|till)\b|"
+    r"^is it (?:a |the )?(?:weekend|weekday|holiday|daytime|day time|night|nighttime|dark|"
+    r"morning|evening|raining|snowing|sunny)\b|"
+    r"^(?:is|are) (?:the |it |they )?(?:[\w'’-]+ ){0,3}(?:open|closed|down|offline)\??$|"
+    r"\b(?:any|are there|is there) (?:\w+ )?(?:delays?|outages?|disruptions?|traffic)\b"
+)
+_NOW_ZH = re.compile(
+    r"还有(?:几|多少)(?:天|个月|周|个星期|小时|分钟|年)|(?:几|多少)(?:天|年|个月)(?:以|之)?前|"
+    r"星期几|礼拜几|周几|是周末吗|是不是周末|放假了?吗|"
+    r"开门了?吗|营业了?吗|关门了?吗|开着吗|宕机|挂了吗|崩了吗|(?:延误|晚点|堵车)了?吗"
 )
 # "Is my order late?" asks about the asker's own state; "How do I cancel my order?" asks how
 # to do something, which has one answer for everyone.
@@ -53,6 +75,8 @@ def is_cacheable(question: str) -> bool:
 def _cacheable(question: str) -> bool:
     folded = " ".join(unicodedata.normalize("NFKC", question).casefold().split())
     if _TIME_OR_ASKER_EN.search(folded) or _TIME_OR_ASKER_ZH.search(folded):
+        return False
+    if _NOW_EN.search(folded) or _NOW_ZH.search(folded):
         return False
     return not _ASKER_EN.search(folded) or bool(_PROCEDURE_EN.match(folded))
 
