@@ -96,6 +96,15 @@ def test_form_differences_share_a_key(forms: list[str]) -> None:
         ("between 10:00:00 and 10:00:30", "between 11:00:00 and 11:00:30"),
         ("status of job 550e8400-e29b-41d4-a716-446655440000",
          "status of job 650e8400-e29b-41d4-a716-446655440000"),
+        # questions about a text's own form: its case, apostrophes and spaces are the question
+        ("IS THIS SENTENCE IN CAPITAL LETTERS?", "is this sentence in capital letters?"),
+        ("CONVERT THIS SENTENCE TO LOWERCASE", "convert this sentence to lowercase"),
+        ("Fix the typo: I dont know", "Fix the typo: I don't know"),
+        ("Is im a prefix?", "Is i'm a prefix?"),
+        ("How many letters does dont have?", "How many letters does don't have?"),
+        ("english or English, which is right?", "English or English, which is right?"),
+        ("北京 大学 这个词里有空格吗？", "北京大学 这个词里有空格吗？"),
+        ("这句话 有几个空格？", "这句话有几个空格？"),
     ],
 )  # fmt: skip
 def test_meaning_differences_never_share_a_key(a: str, b: str) -> None:

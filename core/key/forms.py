@@ -260,16 +260,21 @@ _ABOUT_WORDS = re.compile(
     r"\b(?:mean|means|meaning|meant|define[ds]?|definition|spell(?:ed|ing|s)?|pronounc\w*|"
     r"synonyms?|antonyms?|translat\w*|in a sentence|plurals? of|grammar\w*|grammatical\w*|"
     r"apostrophes?|hyphen\w*|capitali[sz]\w*|capital letters?|lower ?case|upper ?case|"
-    r"rhymes? with|say in|word for|in (?:simple|plain|other|your own) words)\b"
+    r"rhymes? with|say in|word for|in (?:simple|plain|other|your own) words|"
+    r"typos?|misspel\w*|proofread\w*|prefix(?:es)?|suffix(?:es)?|letters|contractions?|"
+    r"nouns?|verbs?|adjectives?|adverbs?|correct english|proper english)\b"
+    r"|\b([\w'’]+)\s+or\s+\1\b"  # two forms of one word compared: "english or English"
     r"|\b(?:the|this|that)\s+(?:word|term|phrase|letter|abbreviation|acronym)s?\s+"
     r"(?!(?:of|and|or|for|to|in|on|is|are|was|were|that|this)\b)[\"'“‘]?\w"
     r"|\ban?\s+(?:(?:real|proper|valid|correct|english)\s+)?(?:word|term)\b"
     r"|是什么意思|什么意思|的意思|意思是|含义|怎么读(?!取)|读音|发音|翻译|单词|拼写|词性|怎么说|"
-    r"英[语文]|同义词|反义词|大小写|大写|小写|字母"
+    r"英[语文]|同义词|反义词|大小写|大写|小写|字母",
+    re.IGNORECASE,  # (a question typed in capitals asks it too)
 )
 _ABOUT_CHARACTERS = re.compile(
     r"\b(?:unicode|utf-?(?:8|16)|ascii|code ?points?|characters?|bytes?|encod\w*|"
-    r"full-?width|half-?width|glyphs?|fonts?|emoji)\b|字符|字节|编码|全角|半角|字体",
+    r"full-?width|half-?width|glyphs?|fonts?|emoji|spaces|whitespace)\b|字符|字节|编码|全角|半角|"
+    r"字体|空格",
     re.IGNORECASE,
 )
 
@@ -278,7 +283,7 @@ _ABOUT_CHARACTERS = re.compile(
 def about_words(text: str) -> bool:
     """True for a question about words themselves (their meaning, spelling, case,
     translation …): the spelling, case and apostrophes it holds are what it asks about."""
-    return _ABOUT_WORDS.search(text[:1].lower() + text[1:]) is not None or about_characters(text)
+    return _ABOUT_WORDS.search(text) is not None or about_characters(text)
 
 
 def mentions_phrase(text: str) -> bool:

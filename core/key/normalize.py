@@ -125,7 +125,8 @@ def _one_case(text: str) -> bool:
 
 class _Form(NamedTuple):
     apostrophes: bool  # put back the apostrophe of "dont", "whats"; fold a sentence's capital
-    width: bool  # fold full-width forms
+    # and a text in capitals only
+    width: bool  # fold full-width forms and spaces beside Chinese characters
 
 
 def _prose_line(line: str, one_case: bool, start: bool, form: _Form) -> tuple[str, bool]:
@@ -141,7 +142,7 @@ def _prose_line(line: str, one_case: bool, start: bool, form: _Form) -> tuple[st
     for i, piece in enumerate(pieces):
         if piece[0] in _SPACES:
             before, after = folded[i - 1], folded[i + 1]
-            if _beside_chinese(before, pieces[i - 1], after, pieces[i + 1]):
+            if form.width and _beside_chinese(before, pieces[i - 1], after, pieces[i + 1]):
                 out.append("")  # no spaces in Chinese text: 小红书 app = 小红书app
             elif not (_is_prose(before) and _is_prose(after)):
                 out.append(piece)  # beside code or a symbol: as typed
@@ -158,7 +159,9 @@ def _prose_line(line: str, one_case: bool, start: bool, form: _Form) -> tuple[st
         if form.apostrophes and word.lower() in CONTRACTIONS:
             prose = restore_apostrophes(prose)  # "dont" is "don't"
         sentence = start and form.apostrophes  # (not in a question about words: "… March")
-        if one_case or (sentence and word[:1].isupper() and word[1:] == word[1:].lower()):
+        if (one_case and form.apostrophes) or (
+            sentence and word[:1].isupper() and word[1:] == word[1:].lower()
+        ):  # (a question about words keeps its case, capitals only or not)
             out.append(prose.lower())
         else:
             out.append(prose)
