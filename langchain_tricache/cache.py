@@ -173,7 +173,12 @@ class TriCache(CacheVerbs, BaseCache):
         request, semantic = self._request(prompt, llm_string)
         if request is None or not generations:
             return None
-        return request, answer_of(generations, model_name(llm_string)), semantic
+        try:
+            answer = answer_of(generations, model_name(llm_string))
+        except ValueError as exc:  # not plain data: passed on, never stored
+            log.warning("tricache: answer not stored (%s)", exc)
+            return None
+        return request, answer, semantic
 
     def _rule(self, answer: Answer) -> Reuse:
         """``tricache.flow.reuse``; with ``tool_calls_to_look_alikes``, tool calls it stores

@@ -26,6 +26,7 @@ from tricache.key.conversation import (
     Conversation,
     canonical_calls,
     canonical_meta,
+    holds_objects,
     plain,
     split_conversation,
 )
@@ -186,12 +187,18 @@ _USAGE = frozenset({"input_tokens", "output_tokens", "total_tokens"})  # what AI
 
 def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any]:
     """Plain data for the store: kind, text, generation info and, for chat, the message.
-    Shares nothing with ``generations`` (the store keeps it; the caller keeps those)."""
+    Shares nothing with ``generations`` (the store keeps it; the caller keeps those).
+    ``ValueError`` for a message whose fields or tool arguments hold objects (``parsed``):
+    a hit would give them back as dicts, which the app's code would read as the objects."""
     out = []
     for generation in generations:
         item: dict[str, Any] = {"text": generation.text, "info": generation.generation_info}
         if isinstance(generation, ChatGeneration):
-            message = message_to_dict(generation.message)
+            said = generation.message
+            calls = [c.get("args") for c in getattr(said, "tool_calls", None) or ()]
+            if holds_objects(said.additional_kwargs) or holds_objects(calls):
+                raise ValueError("the answer holds objects a hit would give back as plain data")
+            message = message_to_dict(said)
             message["data"].pop("id", None)  # a run id: meaningless on a replay
             usage = message["data"].get("usage_metadata")
             if usage is not None and not usage.keys() >= _USAGE:  # unreadable as AIMessage's:

@@ -31,6 +31,7 @@ from tricache.key.conversation import (
     Conversation,
     canonical_calls,
     canonical_meta,
+    holds_objects,
     plain,
     split_conversation,
 )
@@ -265,7 +266,11 @@ def _named(value: Any) -> bool:
 
 # responses ⇄ payloads --------------------------------------------------------------------
 def chat_payload(response: ChatResponse) -> dict[str, Any]:
-    """Plain data for the store: the message (raw provider objects are not kept)."""
+    """Plain data for the store: the message (raw provider objects are not kept).
+    ``ValueError`` for a message whose fields hold objects (a provider's ``ToolCall``): a hit
+    would give them back as dicts, which the app's code would read as the objects."""
+    if holds_objects(response.message.additional_kwargs):
+        raise ValueError("the answer holds objects a hit would give back as plain data")
     return {"v": 1, "kind": "chat", "message": plain(response.message.model_dump(mode="json"))}
 
 

@@ -1,5 +1,7 @@
 """A model's answer the store cannot hold (an integer past 64 bits, which MessagePack has no
-type for) is the app's all the same: returned every time, never stored, counted."""
+type for) or could give back only as plain data (a pydantic ``parsed``, a provider's tool call
+object, which the app's code reads as objects) is the app's all the same: returned every time,
+never stored."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
 from llama_index.core.llms import CustomLLM, LLMMetadata
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from pydantic import BaseModel
 
 from langchain_tricache import CachedChatModel, TriCache
 from llama_index_tricache import TriCacheLLM
@@ -85,3 +88,32 @@ def test_a_llama_index_answer_with_a_big_integer_is_returned_and_not_stored(
         assert said.message.content == "yes" and said.message.additional_kwargs["n"] == BIG
     assert inner.calls == 2
     cache.close()
+
+
+class City(BaseModel):
+    name: str
+
+
+class Structured(BaseChatModel):
+    """Answers with a parsed object beside the text, as OpenAI's structured output does."""
+
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "structured"
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        self.calls += 1
+        message = AIMessage('{"name": "Paris"}', additional_kwargs={"parsed": City(name="Paris")})
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def test_an_answer_holding_objects_is_returned_as_objects_and_not_stored(tmp_path: Path) -> None:
+    inner = Structured()
+    wrapped = CachedChatModel(inner=inner, tricache=Cache(path=str(tmp_path / "a.sqlite3")))
+    global_ = Structured(cache=TriCache(path=str(tmp_path / "b.sqlite3"), semantic=False))
+    for model, counted in ((wrapped, inner), (global_, global_)):
+        for _ in range(2):
+            assert model.invoke("Capital of France?").additional_kwargs["parsed"].name == "Paris"
+        assert counted.calls == 2

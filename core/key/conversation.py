@@ -21,6 +21,7 @@ __all__ = [
     "Conversation",
     "canonical_calls",
     "canonical_meta",
+    "holds_objects",
     "plain",
     "split_conversation",
     "stream_pieces",
@@ -79,6 +80,26 @@ def canonical_meta(fields: Mapping[str, Any]) -> str:
     extras has ``""``; the caller leaves out run-specific ids (see :func:`canonical_calls`)."""
     kept = {k: v for k, v in fields.items() if v not in (None, "", [], {}, ())}
     return json.dumps(kept, sort_keys=True, default=str, ensure_ascii=False) if kept else ""
+
+
+def holds_objects(value: Any) -> bool:
+    """True when ``value`` holds anything but JSON's kinds (str keys, lists, str, int, float,
+    bool, None): an object a hit could only give back as plain data (a pydantic ``parsed``, a
+    provider's ``ToolCall``), which the app's code would then read as the object it was.
+    Walked without recursion: an answer may nest deeper than Python recurses."""
+    waiting = [value]
+    while waiting:
+        item = waiting.pop()
+        kind = type(item)
+        if kind is dict:
+            if any(type(k) is not str for k in item):
+                return True
+            waiting.extend(item.values())
+        elif kind is list:
+            waiting.extend(item)
+        elif not (item is None or kind in (str, int, float, bool)):
+            return True
+    return False
 
 
 def plain(value: Any) -> Any:
