@@ -266,12 +266,14 @@ def _named(value: Any) -> bool:
 
 # responses ⇄ payloads --------------------------------------------------------------------
 def chat_payload(response: ChatResponse) -> dict[str, Any]:
-    """Plain data for the store: the message (raw provider objects are not kept).
-    ``ValueError`` for a message whose fields hold objects (a provider's ``ToolCall``): a hit
-    would give them back as dicts, which the app's code would read as the objects."""
+    """Plain data for the store: the message, the response's own fields and log
+    probabilities (raw provider objects are not kept).  ``ValueError`` for a message whose
+    fields hold objects (a provider's ``ToolCall``): a hit would give them back as dicts,
+    which the app's code would read as the objects."""
     if holds_objects(response.message.additional_kwargs):
         raise ValueError("the answer holds objects a hit would give back as plain data")
-    return {"v": 1, "kind": "chat", "message": plain(response.message.model_dump(mode="json"))}
+    message = plain(response.message.model_dump(mode="json"))
+    return {"v": 1, "kind": "chat", "message": message, **_response_fields(response)}
 
 
 def chat_from_payload(payload: Any, info: dict[str, Any]) -> ChatResponse:
@@ -279,12 +281,32 @@ def chat_from_payload(payload: Any, info: dict[str, Any]) -> ChatResponse:
     if not isinstance(payload, dict) or payload.get("v") != 1 or payload.get("kind") != "chat":
         raise ValueError("not a TriCache LlamaIndex chat payload")
     message = ChatMessage.model_validate(payload["message"])  # the hit's payload is a copy
-    return ChatResponse(message=message, additional_kwargs={"tricache": info})
+    return ChatResponse(message=message, **_fields_from(payload, info))
 
 
 def completion_payload(response: CompletionResponse) -> dict[str, Any]:
-    """Plain data for the store: the text."""
-    return {"v": 1, "kind": "completion", "text": response.text}
+    """Plain data for the store: the text, the response's own fields, log probabilities."""
+    return {"v": 1, "kind": "completion", "text": response.text, **_response_fields(response)}
+
+
+def _response_fields(response: ChatResponse | CompletionResponse) -> dict[str, Any]:
+    """A response's own fields (token counts …; kept when plain data) and log probabilities."""
+    fields: dict[str, Any] = {}
+    extra = {k: v for k, v in response.additional_kwargs.items() if k != "tricache"}
+    if extra and not holds_objects(extra):
+        fields["extra"] = plain(extra)
+    if response.logprobs:
+        fields["logprobs"] = plain([[p.model_dump(mode="json") for p in row]
+                                    for row in response.logprobs])  # fmt: skip
+    return fields
+
+
+def _fields_from(payload: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """``_response_fields`` read back, with ``info`` under ``additional_kwargs["tricache"]``."""
+    extra = payload.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise ValueError("a payload whose response fields are not a mapping")
+    return {"additional_kwargs": {**extra, "tricache": info}, "logprobs": payload.get("logprobs")}
 
 
 def completion_from_payload(payload: Any, info: dict[str, Any]) -> CompletionResponse:
@@ -297,7 +319,7 @@ def completion_from_payload(payload: Any, info: dict[str, Any]) -> CompletionRes
         raise ValueError("not a TriCache LlamaIndex completion payload")
     if not isinstance(payload.get("text"), str):
         raise ValueError("a completion payload without text")
-    return CompletionResponse(text=payload["text"], additional_kwargs={"tricache": info})
+    return CompletionResponse(text=payload["text"], **_fields_from(payload, info))
 
 
 def has_tool_calls(message: ChatMessage) -> bool:

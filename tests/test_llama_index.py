@@ -854,3 +854,46 @@ def test_the_key_holds_how_the_model_formats_prompts_and_an_output_class_fields(
         total_cents: int
 
     assert llm_key(plain, "chat", {"response_format": Invoice}) != first
+
+
+class _Reporting(CustomLLM):
+    """Answers with what providers report beside the text: token counts, log probabilities."""
+
+    _calls: int = PrivateAttr(default=0)  # (a field would be one of the LLM's settings)
+
+    @property
+    def metadata(self) -> Any:
+        from llama_index.core.llms import LLMMetadata
+
+        return LLMMetadata(model_name="reporting", is_chat_model=True)
+
+    def _said(self) -> dict[str, Any]:
+        from llama_index.core.base.llms.types import LogProb
+
+        self._calls += 1
+        return {"additional_kwargs": {"prompt_tokens": 3, "completion_tokens": 5},
+                "logprobs": [[LogProb(token="Paris", logprob=-0.1, bytes=[80])]]}  # fmt: skip
+
+    @llm_chat_callback()
+    def chat(self, messages: Any, **kwargs: Any) -> ChatResponse:
+        return ChatResponse(message=ChatMessage(role="assistant", content="Paris"), **self._said())
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return CompletionResponse(text="Paris", **self._said())
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_a_hit_keeps_the_responses_token_counts_and_log_probabilities(tmp_path: Path) -> None:
+    inner = _Reporting()
+    llm = TriCacheLLM(inner, Cache(path=str(tmp_path / "c.sqlite3"), semantic=False))
+    asked = [ChatMessage(role="user", content="Capital of France?")]
+    for said in (llm.chat(asked), llm.chat(asked), llm.complete("Capital of France?"),
+                 llm.complete("Capital of France?")):  # fmt: skip
+        extra = {k: v for k, v in said.additional_kwargs.items() if k != "tricache"}
+        assert extra == {"prompt_tokens": 3, "completion_tokens": 5}
+        assert said.logprobs is not None and said.logprobs[0][0].token == "Paris"
+    assert inner._calls == 2  # the second of each: a hit
