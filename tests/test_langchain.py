@@ -427,6 +427,7 @@ ANSWER_CHANGING = {
         3, content=[{"type": "text", "text": ASK.content}, {"type": "image_url", "image_url": "a"}]
     ),
     "function message": [*BASE[:3], FunctionMessage("18C", name="lookup"), ASK],
+    "an empty system message": [SystemMessage(""), *BASE],  # shown to the model all the same
     # a result whose call is not in the conversation: it answers no call of this one
     "tool_call_id alone": _variant(2, tool_call_id="call_9"),
 }

@@ -50,8 +50,9 @@ def split_conversation(messages: Sequence[tuple[str, str, str]]) -> Conversation
     every field, ends up in the request.
     """
     # the first message, when a system one, is the system prompt; every other system message
-    # stays where it was said, in the history
-    first_is_system = bool(messages) and messages[0][0] == "system"
+    # stays where it was said, in the history, and so does an empty one (a model is shown it:
+    # it is not the same prompt as none)
+    first_is_system = bool(messages) and messages[0][0] == "system" and any(messages[0][1:])
     system = _with_meta(*messages[0][1:]) if first_is_system else ""
     rest = messages[1:] if first_is_system else messages
     if not rest:
