@@ -354,3 +354,13 @@ def test_unknown_embedder_falls_back_with_a_warning(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.WARNING):
         tier = SemanticTier(index=None, embedder=Plain())  # type: ignore[arg-type]
     assert tier.threshold == UNCALIBRATED_THRESHOLD and "calibrate" in caplog.text
+
+
+def test_a_lone_surrogate_in_a_prompt_never_stops_the_audit_log(cache: Cache) -> None:
+    """A prompt may carry a lone surrogate, which SQLite cannot hold as text: its row is
+    written with U+FFFD in its place, and the decisions after it are still recorded."""
+    _store(cache, "How do I enable dark mode?", "Settings > Display.")
+    assert cache.lookup(cache.request("How do I enable dark mode?\ud800")) is None
+    assert cache.lookup(cache.request("How can I enable dark mode?")) is not None
+    rows = cache.semantic.audit.recent(5)  # type: ignore[union-attr]
+    assert rows[0]["question"] == "How can I enable dark mode?" and rows[0]["hit"]

@@ -514,7 +514,7 @@ def _write_forever(
                 for entry in batch:
                     if entry is not None:
                         _write(db, entry, written)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, ValueError) as exc:  # (the writer goes on: a lost batch)
             log.warning("tricache: audit write failed: %s", exc)
         since_pruned += len(batch)
         for _ in batch:
@@ -529,12 +529,24 @@ def _write_forever(
 
 def _write(db: sqlite3.Connection, item: _Item, written: dict[int, int]) -> None:
     sql, params, number = item
-    params = tuple(written.pop(p.seq, None) if isinstance(p, _Link) else p for p in params)
+    params = tuple(written.pop(p.seq, None) if isinstance(p, _Link) else _text(p) for p in params)
     cursor = db.execute(sql, params)
     if number:
         written[number] = int(cursor.lastrowid or 0)
         while len(written) > 10_000:  # decisions no request row asked for
             del written[next(iter(written))]
+
+
+def _text(value: Any) -> Any:
+    """``value``, a text SQLite can hold: a lone surrogate (a prompt may carry one) becomes
+    U+FFFD; it would otherwise fail the write and stop the writer thread."""
+    if not isinstance(value, str) or value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _used_bytes(db: sqlite3.Connection) -> int:
