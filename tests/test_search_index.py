@@ -287,6 +287,39 @@ def test_a_server_restarted_empty_misses_then_rebuilds(
     assert index.search(old, {"scope": "s"}, 5, 0.5) == []
 
 
+def test_an_index_made_again_as_the_reindex_ends_is_reindexed(
+    make_index: MakeIndex, search_server: SearchServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-index thread found nothing pending and was about to end when the index was
+    made again (a loaded machine descheduled it there): its pass is not the last one, and
+    the points left are indexed again (once, this lost them for good)."""
+    import threading
+
+    real = RedisSearchIndex._reindex
+    ending, proceed = threading.Event(), threading.Event()
+
+    def stalled(self: RedisSearchIndex, token: str, stop: threading.Event) -> bool:
+        done = real(self, token, stop)
+        if done and not ending.is_set():  # the first pass: held just before it ends
+            ending.set()
+            proceed.wait(10)
+        return done
+
+    monkeypatch.setattr(RedisSearchIndex, "_reindex", stalled)
+    index = make_index(namespace=f"ending-{uuid.uuid4().hex[:8]}")  # made: a re-index runs
+    assert ending.wait(10)
+    rng = np.random.default_rng(11)
+    old, new = unit(rng, 2)
+    old_id = new_id()
+    index.upsert(old_id, old, payload("s", "old", namespace=index.namespace))
+    admin = redis.Redis(port=search_server.port)
+    admin.execute_command("FT.DROPINDEX", index.index)  # the hashes stay
+    assert index.search(old, {"scope": "s"}, 5, 0.5) == []
+    index.upsert(new_id(), new, payload("s", "new", namespace=index.namespace))  # made again
+    proceed.set()
+    assert until(lambda: [c.id for c in index.search(old, {"scope": "s"}, 5, 0.5)] == [old_id], 10)
+
+
 @pytest.mark.parametrize("with_documents", [False, True])
 def test_an_index_dropped_by_someone_is_made_again(
     make_index: MakeIndex, search_server: SearchServer, with_documents: bool

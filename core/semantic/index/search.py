@@ -174,6 +174,7 @@ class _SearchIndexLife:
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         self._reindexer: threading.Thread | None = None
+        self._reindex_asked = False  # a marker set since the re-index began its pass (_lock)
         self.discard_errors = 0
         self.reindexed = 0  # points this process indexed again (after the index was made again)
         self.reindex_errors = 0
@@ -324,7 +325,22 @@ class _SearchIndexLife:
 
     # the points left when the index was made again: indexed again off the request path ----
     def _start_reindex(self) -> None:
+        """The re-index runs: a thread is started, or the running one is told to make one
+        pass more (it may have found nothing pending just before this marker was set)."""
+        with self._lock:
+            self._reindex_asked = True
         self._start("_reindexer", "reindex", _reindex_forever, weakref.ref(self), self._stop)
+
+    def _reindex_done(self) -> bool:
+        """The re-index thread's last word: True when it may end (it is then no longer the
+        running one, so the next marker starts another); False when a marker was set during
+        its pass."""
+        with self._lock:
+            if self._reindex_asked:
+                self._reindex_asked = False
+                return False
+            self._reindexer = None
+            return True
 
     def _reindex(self, token: str, stop: threading.Event) -> bool:
         """Index again the points the marker says are pending, a batch at a time, while this
@@ -383,10 +399,9 @@ class _SearchIndexLife:
     def _start(self, attr: str, job: str, target: Any, *args: Any) -> None:
         """A daemon thread on ``target(*args)`` in ``self.<attr>``, unless one runs there (or
         the index is closing); the lock is taken only to start one."""
-        thread = getattr(self, attr)
-        if (thread is not None and thread.is_alive()) or self._stop.is_set():
+        if self._stop.is_set():
             return
-        with self._lock:
+        with self._lock:  # (a thread that ends says so under it: ``_reindex_done``)
             thread = getattr(self, attr)
             if thread is not None and thread.is_alive():
                 return
@@ -643,7 +658,9 @@ def _reindex_forever(ref: weakref.ref[RedisSearchIndex], stop: threading.Event) 
             return
         try:
             if index._reindex(token, stop):
-                return
+                if index._reindex_done():
+                    return
+                continue  # a marker was set during the pass: one pass more, at once
         except Exception as exc:  # the server is away or slow: tried again later
             index.reindex_errors += 1
             log.debug("tricache: %s: re-index paused: %s", index.index, exc)
