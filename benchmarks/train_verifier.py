@@ -24,14 +24,9 @@ from sklearn.linear_model import LogisticRegression
 
 from tricache.semantic.embed import get_embedder
 from tricache.semantic.guards.analysis import Analysis, analyze
-from tricache.semantic.guards.checks import (
-    DEFAULT_GUARDS,
-    _content_stems,
-    _unmatched,
-    added_content,
-    check,
-    substitution,
-)
+from tricache.semantic.guards.checks import DEFAULT_GUARDS, check
+from tricache.semantic.guards.rules.content import added_content, substitution
+from tricache.semantic.guards.rules.shared import content_stems, unmatched
 from tricache.tools.evaluate import read_pairs, similarities
 
 FEATURES = (
@@ -51,8 +46,8 @@ FEATURES = (
 def features(cached: str, new: str, similarity: float) -> dict[str, float]:
     """The verifier's inputs for one candidate pair."""
     a, b = analyze(cached), analyze(new)
-    only_a, only_b = len(_unmatched(a, b)), len(_unmatched(b, a))
-    stems_a, stems_b = set(_content_stems(a)), set(_content_stems(b))
+    only_a, only_b = len(unmatched(a, b)), len(unmatched(b, a))
+    stems_a, stems_b = set(content_stems(a)), set(content_stems(b))
     union = stems_a | stems_b
     zh = float(a.zh or b.zh)
     return {
@@ -70,7 +65,7 @@ def features(cached: str, new: str, similarity: float) -> dict[str, float]:
 
 
 def _length(a: Analysis) -> int:
-    return len(_content_stems(a))
+    return len(content_stems(a))
 
 
 HARD_GUARDS = tuple(g for g in DEFAULT_GUARDS if g not in (added_content, substitution))

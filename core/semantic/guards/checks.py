@@ -34,11 +34,7 @@ from .rules.person import person
 from .rules.polarity import antonym, antonym_stems, negated_verb, negation
 from .rules.quantity import number
 from .rules.question import question_form, wh_word
-
-# (as the benchmarks import them: benchmarks/train_verifier.py)
-from .rules.shared import content_stems as _content_stems
-from .rules.shared import unmatched as _unmatched
-from .rules.shared import within as _within
+from .rules.shared import content_stems, unmatched, within
 from .rules.structure import order, relation
 
 __all__ = [
@@ -187,7 +183,7 @@ def differing_words(cached: str, new: str) -> str:
     side's sorted, the two sides sorted ("" on a side with none): the same difference in
     other questions gives the same key."""
     a, b = _analyses(cached, new)
-    sides = sorted(" ".join(sorted(words)) for words in (_unmatched(a, b), _unmatched(b, a)))
+    sides = sorted(" ".join(sorted(words)) for words in (unmatched(a, b), unmatched(b, a)))
     return "|".join(sides)
 
 
@@ -195,11 +191,11 @@ def words_covered(new: str, cached: str, other: str) -> bool:
     """Whether every content word ``new`` has and ``cached`` lacks is a word of ``other``:
     the question's wording is one the paraphrases already use."""
     a, b = _analyses(cached, new)
-    extra = _unmatched(b, a)
+    extra = unmatched(b, a)
     if not extra:
         return True
     c, _ = _analyses(other, new)
-    return extra <= set(_content_stems(c))
+    return extra <= set(content_stems(c))
 
 
 def group_explains(new: str, cached: str, others: Sequence[str]) -> bool:
@@ -208,14 +204,14 @@ def group_explains(new: str, cached: str, others: Sequence[str]) -> bool:
     has is a word of one of them, and each word only ``cached`` has is missing from one of
     them ("… for children" next to a group that only ever asks "… for adults" is not)."""
     a, b = _analyses(cached, new)
-    only_new, only_cached = _unmatched(b, a), _unmatched(a, b)
+    only_new, only_cached = unmatched(b, a), unmatched(a, b)
     if not (only_new or only_cached):
         return True
     seen = [_analyses(other, new)[0] for other in others]
-    has = [(set(_content_stems(x)), x) for x in seen]
+    has = [(set(content_stems(x)), x) for x in seen]
 
     def holds(word: str, stems: set[str], x: Analysis) -> bool:
-        return word in stems or bool(CJK.match(word) and _within(word, x))
+        return word in stems or bool(CJK.match(word) and within(word, x))
 
     return all(any(holds(w, st, x) for st, x in has) for w in only_new) and all(
         any(not holds(w, st, x) for st, x in has) for w in only_cached
