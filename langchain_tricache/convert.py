@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-import msgpack
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, Generation
 
@@ -382,15 +381,11 @@ def _ai_message(stored: Any, tier: dict[str, Any] | None) -> AIMessage:
 
 
 def _detached(value: Any) -> Any:
-    """A deep copy of ``value`` as plain data, for the store to keep (a MessagePack round
-    trip, faster than ``copy.deepcopy``); what MessagePack cannot write goes through JSON."""
+    """A deep copy of ``value`` as plain data, for the store to keep (``fresh``: a MessagePack
+    round trip, faster than ``copy.deepcopy``); what MessagePack cannot write goes through
+    JSON."""
     try:
-        return msgpack.unpackb(
-            msgpack.packb(value, use_bin_type=True, unicode_errors="surrogatepass"),
-            raw=False,
-            strict_map_key=False,
-            unicode_errors="surrogatepass",
-        )
+        return fresh(value)
     except (TypeError, ValueError, OverflowError):
         return plain(value)  # already a fresh copy
 
