@@ -309,6 +309,8 @@ def test_a_verdict_acts_in_its_decisions_namespace_or_not_at_all(tmp_path: Path)
     mine.lookup(request)
     assert mine.update(request, "Settings > Email.")
     assert mine.lookup(mine.request(OTHER[1])) is not None
+    for cache in (mine, theirs):  # each writes its decisions from its own thread
+        cache.semantic.audit.flush()  # type: ignore[union-attr]
     audit = AuditLog(path.with_name("c-vectors") / "audit.sqlite3")
     rowid = _served_row(audit, PARAPHRASE)
     with TestClient(review_app(mine, audit), base_url="http://127.0.0.1") as client:
