@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decision import OUT, STREAMS, read_stream, run_stream
 
 from tricache import Cache, Exact, Learn, Semantic
+from tricache.key.canonical import canonical
 from tricache.key.forms import folded
 from tricache.semantic.guards.cacheable import is_cacheable
-from tricache.semantic.points import judged
 
 DECISIONS = {
     "static (today)": lambda: Semantic(audit=False),
@@ -45,7 +45,8 @@ def main() -> None:
     for name in args.sets.split(","):
         stream = read_stream(name)
         random.Random(0).shuffle(stream)
-        gated = sum(not judged(folded(q.text), is_cacheable) for q in stream) / len(stream)
+        # (the question's canonical form, as ``Asked.cacheable`` judges it)
+        gated = sum(not is_cacheable(canonical(folded(q.text))) for q in stream) / len(stream)
         for who, semantic in DECISIONS.items():
             found = {}
             for gate in ("with the gate", "without"):

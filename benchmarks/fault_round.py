@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from conftest import RedisServer, SearchServer
 
+from tricache.key.asked import ask
 from tricache import Cache, Exact, Learn, Semantic
 from tricache.semantic import opening
 from tricache.semantic.index.replica import decode_point, encode_point
@@ -380,7 +381,7 @@ def canned_refusals(work: Path) -> Row:
         if cache.lookup(cache.request(asked)) is None:
             cache.update(cache.request(asked), refusals[n])
     tier.learning.drain()
-    learned = tier.learning.threshold(tier.pool(cache.request("x"), "x"), tier.threshold)
+    learned = tier.learning.threshold(tier.pool(ask(cache.request("x"), "")), tier.threshold)
     cache.update(cache.request("Is the reading room open 24 hours during finals week?"),
                  "Yes, 24/7 during finals week.")  # fmt: skip
     served = sum(

@@ -25,7 +25,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,9 +68,8 @@ class TierLoader:
         self.exact = exact
         self.namespace = namespace
         self.metrics = metrics
-        self._cacheable = cacheable
         # whether a question may be cached, as every tier judges it (``Asked.cacheable``)
-        self.judge = partial(points.judged, cacheable=cacheable)
+        self.judge = cacheable
         self._volatile_context = volatile_context
         self.semantic: SemanticTier | None = None  # open (None: off, or not open yet)
         self.faq: FaqStore | None = None  # open (None: off, no file yet, or not open yet)
@@ -117,10 +115,7 @@ class TierLoader:
         """The semantic tier indexes this answer's question now; when it cannot (still
         opening, its index failing), the question is written ahead to the journal."""
         ttl = self.exact.policy.base_ttl(entry.category, negative=entry.negative)
-        draft = points.draft(
-            asked.request, asked.located, asked.key, entry, ttl,
-            cacheable=partial(asked.cacheable, self.judge), volatile=self._volatile_context,
-        )  # fmt: skip
+        draft = points.draft(asked, entry, ttl, judge=self.judge, volatile=self._volatile_context)
         if draft is None:
             return
         tier = self.ready_semantic()
@@ -207,7 +202,7 @@ class TierLoader:
                 store=self.exact.store,
                 namespace=self.namespace,
                 vector_path=settings.semantic.vector_path or _vector_dir(settings.path),
-                cacheable=self._cacheable,
+                cacheable=self.judge,
                 volatile_context=self._volatile_context,
                 faq_learn=settings.faq.learn if settings.faq is not None else None,
                 resolve=self.exact.fetch,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tricache import Cache
+from tricache.key.canonical import canonical
 from tricache.key.request import exact_key
-from tricache.semantic.guards.canonical import canonical
 from tricache.semantic.guards.checks import check
 
 STRIPPED = [

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from tricache import Cache, Learn, Semantic
+from tricache.key.asked import ask
 from tricache.semantic.decision import MIN_ANSWERS
 from tricache.semantic.learning import (
     Label,
@@ -217,7 +218,7 @@ def test_the_labels_of_one_worker_teach_the_others(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite3"
     with _cache(path) as writer, _cache(path) as reader:
         request = writer.request("How do I reset my password?")
-        pool = writer.semantic.pool(request, request.query)  # type: ignore[union-attr]
+        pool = writer.semantic.pool(ask(request, ""))  # type: ignore[union-attr]
         learning = _teach(writer, pool, _labels(300, wrong_every=50))
         learning.store.add_labels("default", [encode_lookups(pool, 3000, {})])  # type: ignore[union-attr]
         learning.drain()
@@ -237,7 +238,7 @@ def test_a_learned_threshold_serves_and_says_so_and_the_guards_still_refuse(
     with _cache(tmp_path / "c.sqlite3", explore=0.001) as cache:
         cached = cache.request("How do I reset my password?")
         assert cache.update(cached, "Open Settings.")
-        pool = cache.semantic.pool(cached, cached.query)  # type: ignore[union-attr]
+        pool = cache.semantic.pool(ask(cached, ""))  # type: ignore[union-attr]
         learning = _teach(cache, pool, _labels(300, wrong_every=50))
         learning.store.add_labels("default", [encode_lookups(pool, 3000, {})])  # type: ignore[union-attr]
         learning.drain()
@@ -297,8 +298,8 @@ def test_tenants_learn_apart(tmp_path: Path) -> None:
     with _cache(tmp_path / "c.sqlite3") as cache:
         tier = cache.semantic
         assert tier is not None
-        alice = tier.pool(cache.request("q", tenant="alice"), "q")
-        bob = tier.pool(cache.request("q", tenant="bob"), "q")
+        alice = tier.pool(ask(cache.request("q", tenant="alice"), ""))
+        bob = tier.pool(ask(cache.request("q", tenant="bob"), ""))
         assert alice != bob
         learning = _teach(cache, alice, _labels(300, wrong_every=50))
         learning.store.add_labels("default", [encode_lookups(alice, 3000, {})])  # type: ignore[union-attr]
@@ -328,7 +329,7 @@ def test_after_a_warm_up_of_traffic_no_look_alike_is_served(tmp_path: Path) -> N
                 answer = f"[{text}] is out of scope." if intent == "oos" else f"About {intent}."
                 cache.update(request, answer)
                 learning.drain()
-        pool = cache.semantic.pool(cache.request("q"), "q")  # type: ignore[union-attr]
+        pool = cache.semantic.pool(ask(cache.request("q"), ""))  # type: ignore[union-attr]
         assert learning.thresholds(pool, STATIC)  # the traffic moved a class's threshold
         pairs = [
             p

@@ -45,6 +45,7 @@ from pydantic import BaseModel, create_model
 from langchain_tricache import CachedChatModel, TriCache, with_tricache
 from llama_index_tricache import CachedQueryEngine, TriCacheEmbedding, TriCacheLLM
 from tricache import Cache, Learn, Semantic
+from tricache.key.asked import ask as asked_of
 from tricache.semantic.learning import Label, encode_lookups
 
 from conftest import REDIS_URL
@@ -77,7 +78,7 @@ def _teach_the_floor(cache: Cache) -> None:
     tier.learning.rng = random.Random(0)  # (whether a hit is explored: the same every run)
     rng = random.Random(0)
     for question in ("How do I reset my password?", "怎么重置密码"):
-        pool = tier.pool(cache.request(question), question)
+        pool = tier.pool(asked_of(cache.request(question), ""))
         tier.learning.add([
             Label(pool, uuid.uuid4().hex, 1.0, rng.uniform(0.77, 0.919), i % 50 != 0, 1.0,
                   f"answer {i % 40}")

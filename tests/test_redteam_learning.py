@@ -24,6 +24,7 @@ import pytest
 
 from tricache import Cache, Faq, Learn, Semantic
 from tricache.faq.store import FaqEntry
+from tricache.key.asked import ask
 from tricache.semantic.learning import (
     Evidence,
     Label,
@@ -242,7 +243,7 @@ def test_rotating_canned_refusals_teach_nothing(tmp_path: Path) -> None:
             if cache.lookup(request) is None:
                 cache.update(request, REFUSALS[n])
         tier.learning.drain()
-        pool = tier.pool(cache.request("x"), "x")
+        pool = tier.pool(ask(cache.request("x"), ""))
         assert tier.learning.threshold(pool, tier.threshold) == tier.threshold
         assert not [x for x in tier.learning.evidence.labels(pool) if x.same]
         assert cache.stats()["semantic"]["labels_boilerplate"] >= 100

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from ..hit import Hit
 from ..key.asked import Asked
 from ..key.entry import CacheEntry
-from ..key.script import lang
 from ..ops.metrics import Metrics
 from ..settings import Learn
 
@@ -78,7 +77,7 @@ def _decide(
 
     assert tier is not None
     request = asked.request
-    pool = pool_of(request.namespace, request.tenant, lang(question), kind="faq")
+    pool = pool_of(request.namespace, request.tenant, asked.lang, kind="faq")
     # a verified paraphrase is a user's question: matched as the semantic tier matches one,
     # at its threshold or the one the pool's labels taught
     bar = learning.threshold(pool, max(store.threshold, tier.threshold), learn.error_bound)

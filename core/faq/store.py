@@ -30,12 +30,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..key.canonical import canonical
 from ..key.forms import folded, form_key, same_question
 from ..key.request import normalize_query, text_bytes
 from ..runtime.forks import hold_across_fork
 from ..runtime.home import private_sqlite
 from ..semantic.embed import Embedder
-from ..semantic.guards.canonical import canonical
 from ..semantic.guards.checks import DEFAULT_GUARDS, Guard, any_substitution, check
 from ..settings import DEFAULT_FAQ
 from ..stores.sqlite import open_read_only, transaction

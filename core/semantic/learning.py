@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import msgpack
 import numpy as np
 
+from ..key.canonical import canonical
 from ..key.forms import folded, same_question
 from ..key.normalize import normalize
 from ..ops.metrics import Metrics
@@ -58,7 +59,6 @@ from ..stores.base import LabelLog
 from .answers import Families, boilerplate, wrapped_alike
 from .decision import CLASSES, learned_thresholds, prior
 from .guards.analysis import analyze
-from .guards.canonical import canonical
 from .guards.checks import check
 from .points import answer_digest
 

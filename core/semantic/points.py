@@ -1,6 +1,6 @@
 """What the semantic tier indexes for one answer: a point's payload, made without the tier.
 
-A *draft* is a point without its vector: the question's canonical form, the scope it may be
+A *draft* is a point without its vector: the question's folded form, the scope it may be
 matched in, and the exact entry it names (``ref``).  Making one needs no model, so an answer
 stored while the tier is still opening (or while its index is down) is drafted at once and
 written ahead to the store's journal; whoever opens the tier embeds the drafts and indexes
@@ -14,18 +14,18 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgpack
 
+from ..key.asked import Asked
 from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key
 from ..key.normalize import normalize
 from ..key.question import Located
 from ..key.request import CacheRequest, context_fingerprint, entry_prefix
-from ..key.script import lang
 from ..stores.base import point_id_for
-from .guards.canonical import canonical
 
 __all__ = [
     "MAX_STORED_QUESTION",
@@ -66,45 +66,41 @@ def scope(request: CacheRequest, located: Located, *, volatile: bool) -> dict[st
 
 
 def draft(
-    request: CacheRequest,
-    located: Located | None,
-    ref: str,
+    asked: Asked,
     entry: CacheEntry,
     ttl: float,
     *,
-    cacheable: Callable[[], bool],
+    judge: Callable[[str], bool],
     volatile: bool,
 ) -> Draft | None:
-    """The payload of the point that indexes ``entry``'s question, or ``None`` when it is not
-    one to match other questions against (no question, time-dependent, negative, unshared)."""
-    if entry.negative or not entry.shared or skip_reason(located, cacheable) is not None:
+    """The payload of the point that indexes ``entry``'s question (``asked``: its ``ref`` is
+    the exact key), or ``None`` when it is not one to match other questions against (no
+    question, time-dependent, negative, unshared).  ``judge``: whether a question may be cached
+    (``Asked.cacheable``)."""
+    located = asked.located
+    if entry.negative or not entry.shared:
+        return None
+    if skip_reason(located, partial(asked.cacheable, judge)) is not None:
         return None
     assert located is not None
-    question = folded(located.question)
+    question = asked.folded
     if len(question) > MAX_STORED_QUESTION:  # (what readers would skip)
         return None
     return {
-        **scope(request, located, volatile=volatile),
+        **scope(asked.request, located, volatile=volatile),
         "question": question,
         "form": form_key(question),
-        "lang": lang(question),
+        "lang": asked.lang,
         "category": entry.category or "",
-        "tags": list(request.tags),
+        "tags": list(asked.request.tags),
         "kb_version": entry.kb_version,
         "watermark": entry.watermark,
         "expires_at": time.time() + ttl,
         "verified": False,
-        "ref": ref,
+        "ref": asked.key,
         # which answer it points at (a digest): neighbours holding one answer agree
         "answer": answer_digest(entry.text),
     }
-
-
-def judged(question: str, cacheable: Callable[[str], bool]) -> bool:
-    """``cacheable`` (the time-dependence rule, ``is_cacheable``) on the canonical form of
-    ``question``, given folded (``Asked.folded``): "Hi, how do I …" asks how.  The one form
-    every tier judges."""
-    return cacheable(canonical(question))
 
 
 def skip_reason(located: Located | None, cacheable: Callable[[], bool]) -> str | None:

@@ -31,11 +31,12 @@ import numpy as np
 
 from ..exact.link import StoreUnavailable
 from ..key.asked import Asked
+from ..key.canonical import canonical
 from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
 from ..key.request import CacheRequest
-from ..key.script import has_cjk, lang
+from ..key.script import has_cjk
 from ..ops.metrics import Metrics
 from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
@@ -51,7 +52,6 @@ from .decision import (
 from .embed import Embedder
 from .groups import Near, Neighbour, joined_group
 from .guards.cacheable import is_cacheable
-from .guards.canonical import canonical
 from .guards.checks import (
     HARD_RULES,
     WORD_RULES,
@@ -72,7 +72,6 @@ from .points import (
     comparable,
     digest,
     draft,
-    judged,
     point_id_for,
     scope,
     skip_reason,
@@ -233,15 +232,15 @@ class SemanticTier:
         decision: Decision,
     ) -> SemanticHit | None:
         request, located, key = asked.request, asked.located, asked.key
-        skip = skip_reason(located, partial(asked.cacheable, self._judged))
+        skip = skip_reason(located, partial(asked.cacheable, self.cacheable))
         if skip is not None:
             decision.skipped = skip
             self.metrics.incr(TIER, f"skipped_{skip}")
             return None
         assert located is not None
-        question = asked.folded  # the canonical form: what every comparison sees
+        question = asked.folded  # the folded form: what every comparison sees
         where = {"scope": self._scope(request, located)["scope"]}
-        pool = self.pool(request, question)
+        pool = self.pool(asked)
         decision.pool, decision.question = pool, question  # (for a review of any outcome)
         found = self._plausible(self.index.find({**where, "form": form_key(question)}, self.top_k))
         for candidate in found:
@@ -254,7 +253,7 @@ class SemanticTier:
         learning = self.learning if self.learns else None
         decision.threshold = round(self.threshold_for(request.category, pool), 3)
         query = _embeddable(question)  # what the guards judge: as typed, bar capitals
-        compared = embedded_text(query)
+        compared = _embeddable(asked.canonical)  # what the embedder sees (``embedded_text``)
         vector = self.embedder.embed([compared])[0]
         keep = min(static, learning.floor) if learning else static
         rescore_from = keep  # (a neighbour further down only counts: ``_candidates``)
@@ -427,9 +426,9 @@ class SemanticTier:
         ref = str(candidate.payload.get("ref", ""))
         return SemanticHit(entry, candidate.id, candidate.score, question, ref)
 
-    def pool(self, request: CacheRequest, question: str) -> str:
-        """Whose labels decide for ``request``: its namespace, tenant and language."""
-        return pool_of(request.namespace, request.tenant, lang(question))
+    def pool(self, asked: Asked) -> str:
+        """Whose labels decide for ``asked``: its namespace, tenant and language."""
+        return pool_of(asked.request.namespace, asked.request.tenant, asked.lang)
 
     def _candidates(
         self,
@@ -495,14 +494,6 @@ class SemanticTier:
                 self.metrics.incr(TIER, "hostile_points")
         return kept
 
-    def _judged(self, question: str) -> bool:
-        """The verdict on a folded question (``points.judged``)."""
-        return judged(question, self.cacheable)
-
-    def _judge(self, located: Located | None) -> Callable[[], bool]:
-        """The verdict on ``located``'s question, worked out when asked."""
-        return lambda: located is not None and self._judged(folded(located.question))
-
     def threshold_for(self, category: str | None, pool: str | None = None) -> float:
         """The threshold for a category: the calibrated one, or the one ``pool``'s labels
         taught (``learning``), moved by the category's offset."""
@@ -547,7 +538,7 @@ class SemanticTier:
         ``located``: the question, when the caller located it already."""
         if isinstance(located, _Unset):
             located = locate(request.query, self.max_chars)
-        payload = draft(request, located, ref, entry, ttl, cacheable=self._judge(located),
+        payload = draft(Asked(request, ref, located), entry, ttl, judge=self.cacheable,
                         volatile=self.volatile_context)  # fmt: skip
         if payload is None:
             return None

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ...key.canonical import about_its_words
 from ...key.forms import literals
 from ...key.script import CJK, HAN
 from . import entities
-from .canonical import about_its_words
 from .lexicon import (
     NEGATIONS_EN,
     NEGATIONS_ZH,

@@ -20,12 +20,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
+from ...key.canonical import canonical
 from ...key.forms import folded, unify
 from ...key.script import CJK
 from ...key.words import is_lower_case_word
 from ...runtime.exit import checkpoint
 from .analysis import Analysis, analyze
-from .canonical import canonical
 from .rules.content import added_content, any_substitution, substitution
 from .rules.entity import entity
 from .rules.literal import apostrophe, case, literal

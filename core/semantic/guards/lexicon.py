@@ -99,16 +99,3 @@ NUMBER_WORDS_EN = {
     "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
     "million": 1_000_000, "billion": 1_000_000_000, "dozen": 12, "half": 0.5,
 }  # fmt: skip
-
-# Discourse: what a user types around a question without asking anything (canonical.py).
-# Phrases of the first two lists go wherever they stand at the start; SET_OFF words only when
-# punctuation (or another opening phrase) follows them, since "hello world" or "亲子" are
-# content.  Closings go at the end, only after punctuation ("How do you say thank you?").
-# A lead-in that takes a clause also takes its "if" / "whether": "I was wondering if …".
-OPENINGS_EN = phrases("openings_en")
-LEAD_INS_EN = phrases("lead_ins_en")
-SET_OFF_EN = phrases("set_off_en")
-CLOSINGS_EN = phrases("closings_en")
-OPENINGS_ZH = phrases("openings_zh")
-SET_OFF_ZH = phrases("set_off_zh")
-CLOSINGS_ZH = phrases("closings_zh")

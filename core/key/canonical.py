@@ -6,14 +6,14 @@ Users wrap a question in discourse that asks nothing: fillers ("um", "那个，"
 the FAQ compare canonical questions: the embedder sees them, and so do the guards — "Quick
 question if you don't mind: …" must not read as a negation.
 
-The phrases come from curated lists (``lexicon.OPENINGS_*``, ``LEAD_INS_EN``, ``SET_OFF_*``,
-``CLOSINGS_*``) and are removed only where discourse stands: at the start, or at the end after
-punctuation; a word that can be content ("hello world", "亲子", "say thank you") goes only when
-punctuation sets it off, and thanks at the end stay in a question about a phrase ("How do I
-politely say no, thanks?").  Nothing is removed inside the question, and a question that would be
-left without words stays as typed.  A yes/no clause that a lead-in embedded is asked again
+The phrases come from curated lists (``discourse/*.txt``: openings, lead-ins, words set off by
+punctuation, closings) and are removed only where discourse stands: at the start, or at the end
+after punctuation; a word that can be content ("hello world", "亲子", "say thank you") goes only
+when punctuation sets it off, and thanks at the end stay in a question about a phrase ("How do
+I politely say no, thanks?"). Nothing is removed inside the question, and a question that would
+be left without words stays as typed. A yes/no clause that a lead-in embedded is asked again
 when its subject is a pronoun: "I'd like to know if you ship to Canada" asks "do you ship to
-Canada?", "I was wondering if I can't …" asks "can't I …?".  The exact tier never sees this
+Canada?", "I was wondering if I can't …" asks "can't I …?". The exact tier never sees this
 form: its key holds the message as typed (normalized).
 """
 
@@ -21,19 +21,31 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from pathlib import Path
 
-from ...key.forms import mentions_phrase
-from .lexicon import (
-    CLOSINGS_EN,
-    CLOSINGS_ZH,
-    LEAD_INS_EN,
-    OPENINGS_EN,
-    OPENINGS_ZH,
-    SET_OFF_EN,
-    SET_OFF_ZH,
-)
+from ..runtime.tables import word_list
+from .forms import mentions_phrase
 
 __all__ = ["about_its_words", "canonical"]
+
+_DISCOURSE = Path(__file__).with_name("discourse")
+
+
+def _listed(name: str) -> tuple[str, ...]:
+    """The phrases of ``discourse/<name>.txt``, one a line."""
+    return word_list(_DISCOURSE / f"{name}.txt")
+
+
+# Phrases of the first two lists go wherever they stand at the start; SET_OFF words only when
+# punctuation (or another opening phrase) follows them, since "hello world" or "亲子" are
+# content.  Closings go at the end, only after punctuation ("How do you say thank you?").
+# A lead-in that takes a clause also takes its "if" / "whether": "I was wondering if …".
+OPENINGS_EN, LEAD_INS_EN, SET_OFF_EN, CLOSINGS_EN = (
+    _listed(n) for n in ("openings_en", "lead_ins_en", "set_off_en", "closings_en")
+)
+OPENINGS_ZH, SET_OFF_ZH, CLOSINGS_ZH = (
+    _listed(n) for n in ("openings_zh", "set_off_zh", "closings_zh")
+)
 
 _PUNCT = r"[\s,.!?:;…~\-–—，。！？：；、～]"
 
