@@ -33,6 +33,7 @@ from .convert import (
     generations_from_payload,
     generations_of,
     payload_from_generations,
+    readable_usage,
     usage_tokens,
 )
 
@@ -148,12 +149,13 @@ class ChatCodec:
 
 
 def to_chunk(message: AIMessage) -> AIMessageChunk:
-    """A whole message as one chunk (tool calls as tool-call chunks)."""
+    """A whole message as one chunk (tool calls as tool-call chunks; a usage no chunk can
+    hold left out: ``readable_usage``)."""
     return AIMessageChunk(
         content=message.content,
         additional_kwargs=message.additional_kwargs,
         response_metadata=message.response_metadata,
-        usage_metadata=message.usage_metadata,
+        usage_metadata=readable_usage(message.usage_metadata),
         tool_call_chunks=[
             {"name": c["name"], "args": json.dumps(c["args"]), "id": c.get("id"), "index": i}
             for i, c in enumerate(message.tool_calls)

@@ -13,9 +13,10 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, Generation
 
 from tricache.flow import FINISHED, SHAPING_OPTIONS, Answer
@@ -184,6 +185,12 @@ def llm_key(llm_string: str) -> str:
 _USAGE = frozenset({"input_tokens", "output_tokens", "total_tokens"})  # what AIMessage requires
 
 
+def readable_usage(usage: Mapping[str, Any] | None) -> UsageMetadata | None:
+    """``usage`` when an AI message or chunk can be built with it, else ``None``: LangChain
+    marks what its own cache served ``{"total_cost": 0}``, which neither validates."""
+    return cast(UsageMetadata, usage) if usage is not None and usage.keys() >= _USAGE else None
+
+
 def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any]:
     """Plain data for the store: kind, text, generation info and, for chat, the message.
     Shares nothing with ``generations`` (the store keeps it; the caller keeps those).
@@ -199,9 +206,8 @@ def payload_from_generations(generations: Sequence[Generation]) -> dict[str, Any
                 raise ValueError("the answer holds objects a hit would give back as plain data")
             message = message_to_dict(said)
             message["data"].pop("id", None)  # a run id: meaningless on a replay
-            usage = message["data"].get("usage_metadata")
-            if usage is not None and not usage.keys() >= _USAGE:  # unreadable as AIMessage's:
-                del message["data"]["usage_metadata"]  # a LangChain hit's {"total_cost": 0}
+            if readable_usage(message["data"].get("usage_metadata")) is None:
+                message["data"].pop("usage_metadata", None)
             item |= {"kind": "chat", "message": message}
         else:
             item["kind"] = "text"

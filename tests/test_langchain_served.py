@@ -4,6 +4,7 @@ or with another hit; a core hit copies its payload only when the payload is read
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import tracemalloc
@@ -288,3 +289,37 @@ def test_an_answer_langchain_served_from_its_own_cache_is_stored_readable(tmp_pa
     assert again.content == "Rome." and again.response_metadata["tricache"]["tier"] == "exact"
     assert "corrupt" not in cache.metrics.snapshot()["exact"]
     cache.close()
+
+
+@pytest.mark.parametrize("streamed", ["stream", "astream"])
+def test_a_stream_langchain_served_from_its_own_cache_reaches_the_app(
+    tmp_path: Path, streamed: str
+) -> None:
+    """The same message streamed: a model without native streaming answers ``stream`` with
+    one whole message, which the wrapper turns into a chunk.  LangChain's ``{"total_cost":
+    0}`` cannot be validated as a chunk's usage either: the stream raised into the app."""
+    from langchain_core.caches import InMemoryCache
+
+    from langchain_tricache import CachedChatModel
+
+    inner = GenericFakeChatModel(messages=itertools.repeat(AIMessage("Rome.")),
+                                 cache=InMemoryCache(), disable_streaming=True)  # fmt: skip
+    inner.invoke("Capital of Italy?")  # LangChain's cache holds it now
+    cache = Cache(path=str(tmp_path / "c.sqlite3"), semantic=False)
+    model = CachedChatModel(inner=inner, tricache=cache)
+
+    def said() -> list[Any]:
+        if streamed == "stream":
+            return list(model.stream("Capital of Italy?"))
+        return asyncio.run(_collected(model.astream("Capital of Italy?")))
+
+    first = said()
+    assert "".join(str(c.content) for c in first) == "Rome."
+    again = said()
+    assert "".join(str(c.content) for c in again) == "Rome."
+    assert again[0].response_metadata["tricache"]["tier"] == "exact"
+    cache.close()
+
+
+async def _collected(chunks: Any) -> list[Any]:
+    return [c async for c in chunks]
