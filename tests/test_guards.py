@@ -94,6 +94,15 @@ REFUSED = [
     ("微信怎么转账到支付宝", "支付宝怎么转账到微信", "structure.order"),  # jieba: 到微 / 信
     ("1公斤等于几斤", "1斤等于几公斤", "structure.order"),
     ("人能把感冒传染给狗吗", "狗能把感冒传染给人吗", "structure.order"),
+    # the asker changes sides: a word now followed by a person, once by what moved before it
+    ("How do I follow someone on Instagram?", "How does someone follow me on Instagram?",
+     "structure.order"),
+    ("How do I know if someone blocked me?", "How do I know if I blocked someone?",
+     "structure.order"),
+    ("How can I help you?", "How can you help me?", "structure.order"),
+    ("怎么联系房东", "房东怎么联系我", "structure.order"),
+    ("怎么给妈妈打电话", "妈妈怎么给我打电话", "structure.order"),
+    ("怎么向银行借钱", "银行怎么向我借钱", "structure.order"),
     ("When do you use its?", "When do you use it's?", "literal.apostrophe"),
     ("Were you there?", "We're you there?", "literal.apostrophe"),
     ("Can I file taxes?", "Can I file taxes myself?", "mood.focus"),
@@ -148,6 +157,14 @@ PASSED = [
     ("密码的重置方法", "重置密码的方法"),
     ("Can you tell me my balance?", "Do you know my balance?"),
     ("Dont I need a visa?", "Don't I need a visa?"),
+    # a person that stays where it was, a thing said before and named again
+    ("Can you help me reset my password?", "Could you help me reset my password?"),
+    ("客服怎么联系", "怎么联系客服"),
+    (
+        "Hiccups won't go away, how do I get rid of them?",
+        "Hiccups won't go away, how to get rid of them?",
+    ),
+    ("What is the drinking age in the US?", "What's the drinking age in the US?"),
 ]
 
 

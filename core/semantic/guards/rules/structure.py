@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 
 from ....key.script import CJK
 from ..analysis import Analysis, analyze
@@ -31,6 +32,8 @@ def order(a: Analysis, b: Analysis) -> str | None:
     "the mild version … the original edition")."""
     if a.zh and b.zh and (_zh_reordered(a, b) or _copula_swapped(a, b)):
         return "order"  # (by where words stand: jieba may split the two texts apart)
+    if _roles_swapped(a, b) or _roles_swapped(b, a):
+        return "order"  # "How do I follow someone" / "How does someone follow me"
     owned_b = set(_POSSESSIVE.findall(b.text))
     if any((y, x) in owned_b and x != y for x, y in _POSSESSIVE.findall(a.text)):
         return "order"  # "a husband's brother" / "a brother's husband"
@@ -99,6 +102,30 @@ def relation(a: Analysis, b: Analysis) -> str | None:
 
 
 # Both languages: the order of the shared words -----------------------------------------------
+
+# A person as the object of a word: "follow me", "联系我" (not 我的, a possessive; "her" is
+# either, "them" and "it" as often things said before: "hiccups won't stop, how do I get rid
+# of them", and "us" the US once case-folded)
+_OBJECT_PERSONS_EN = frozenset(("me", "him", "you"))
+_PERSONS_ZH = frozenset(("我", "我们", "你", "你们", "您", "他", "她", "他们", "她们"))
+
+
+def _roles_swapped(a: Analysis, b: Analysis) -> bool:
+    """The asker changes sides: a word ``a`` follows with a person ("does someone follow me",
+    "房东怎么联系我") ``b`` follows with a word that ``a`` says before it ("do I follow someone",
+    "怎么联系房东").  The topic moved to the front with no person left behind ("密码怎么重置" /
+    "怎么重置密码") is one question, and the order rule lets it be."""
+    persons = _PERSONS_ZH if a.zh else _OBJECT_PERSONS_EN
+    word = (lambda t: t) if a.zh else stem
+    x, y = [word(t) for t in a.tokens], [word(t) for t in b.tokens]
+    for i, person in enumerate(a.tokens[1:]):  # (a.tokens[i]: the word it follows)
+        if person not in persons or (a.zh and a.tokens[i + 2 : i + 3] == ("的",)):
+            continue
+        for there, moved in pairwise(y):
+            if there == x[i] and moved in x[:i] and moved not in x[i + 1 :]:
+                return True
+    return False
+
 
 _CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
 # Question words and quantifiers do not make a paraphrase long enough to move a word in
