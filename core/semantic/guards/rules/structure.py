@@ -107,7 +107,11 @@ def relation(a: Analysis, b: Analysis) -> str | None:
 # either, "them" and "it" as often things said before: "hiccups won't stop, how do I get rid
 # of them", and "us" the US once case-folded)
 _OBJECT_PERSONS_EN = frozenset(("me", "him", "you"))
-_PERSONS_ZH = frozenset(("我", "我们", "你", "你们", "您", "他", "她", "他们", "她们"))
+# ... and in Chinese the one asked for, which stands where it acts: 猫吃什么 / 什么吃猫
+_PERSONS_ZH = frozenset("我 我们 你 你们 您 他 她 他们 她们 谁 什么".split())
+_COPULAS_ZH = frozenset(("是", "为"))
+_ASKED_ZH = frozenset(("谁", "什么"))
+_FINAL_ZH = frozenset("吗 呢 啊 呀 吧 啦 了".split())
 
 
 def _roles_swapped(a: Analysis, b: Analysis) -> bool:
@@ -115,16 +119,27 @@ def _roles_swapped(a: Analysis, b: Analysis) -> bool:
     "房东怎么联系我") ``b`` follows with a word that ``a`` says before it ("do I follow someone",
     "怎么联系房东").  The topic moved to the front with no person left behind ("密码怎么重置" /
     "怎么重置密码") is one question, and the order rule lets it be."""
-    persons = _PERSONS_ZH if a.zh else _OBJECT_PERSONS_EN
+    persons, copulas = (_PERSONS_ZH, _COPULAS_ZH) if a.zh else (_OBJECT_PERSONS_EN, _BE)
     word = (lambda t: t) if a.zh else stem
     x, y = [word(t) for t in a.tokens], [word(t) for t in b.tokens]
     for i, person in enumerate(a.tokens[1:]):  # (a.tokens[i]: the word it follows)
         if person not in persons or (a.zh and a.tokens[i + 2 : i + 3] == ("的",)):
             continue
+        if a.tokens[i] in copulas:  # "谁是X的父亲" / "X的父亲是谁": 是 goes both ways
+            continue
+        if person in _ASKED_ZH and not _last_word(a.tokens[i + 2 :]):
+            continue  # "吃什么好处": 什么 asks which benefits, not what is eaten
+        if x.count(x[i]) != 1 or y.count(x[i]) != 1:
+            continue  # (the word said once on each side: "送…送什么")
         for there, moved in pairwise(y):
             if there == x[i] and moved in x[:i] and moved not in x[i + 1 :]:
                 return True
     return False
+
+
+def _last_word(rest: tuple[str, ...]) -> bool:
+    """Nothing but final particles and punctuation follows."""
+    return all(t in _FINAL_ZH or not t.isalnum() for t in rest)
 
 
 _CLAUSE_BREAK = re.compile(r"\S\s*[，,；;]\s*\S")
@@ -285,9 +300,30 @@ def _copula_swapped(a: Analysis, b: Analysis) -> bool:
 def _zh_reordered(a: Analysis, b: Analysis) -> bool:
     """Two Chinese questions whose shared words, or the words a particle ties, stand in
     another order, in the whole or clause by clause."""
-    return any(
+    return _possessor_asked(a, b) or any(
         _ties_swapped(x, y) or not _rotation(_zh_placement(x, y)) for x, y in _zh_clauses(a, b)
     )
+
+
+def _possessor_asked(a: Analysis, b: Analysis) -> bool:
+    """Whose it is is asked on one side only: "秦始皇是谁的父亲" (whose father he is) /
+    "秦始皇的父亲是谁" (who his father is): 谁的 W on one side, another word's W on the
+    other."""
+    owners_a, owners_b = _owners(a.tokens), _owners(b.tokens)
+    for x, y in ((owners_a, owners_b), (owners_b, owners_a)):
+        for owned in x.get("谁", ()):
+            if any(owned in y[o] for o in y if o != "谁") and owned not in y.get("谁", ()):
+                return True
+    return False
+
+
+def _owners(tokens: tuple[str, ...]) -> dict[str, set[str]]:
+    """Each word before a 的 and the words it owns (the word after that 的)."""
+    owners: dict[str, set[str]] = {}
+    for owner, tie, owned in zip(tokens, tokens[1:], tokens[2:], strict=False):
+        if tie == "的":
+            owners.setdefault(owner, set()).add(owned)
+    return owners
 
 
 def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
