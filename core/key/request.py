@@ -11,6 +11,7 @@ from hashlib import blake2b
 import msgpack
 
 from ..runtime.memo import ENTRY_BYTES, Memo, text_size
+from .material import hands_over_text, instructs_on_text
 from .normalize import normalize
 
 __all__ = [
@@ -190,6 +191,14 @@ def context_token(text: str) -> str:
     return "ctx-" + base64.b32encode(digest).decode("ascii").lower()
 
 
+def keyed_query(request: CacheRequest) -> str:
+    """The question as the exact key holds it: normalized, or as typed (bar line ends) when it
+    is material the model works on (``material.py``: "Translate the user's message …")."""
+    if instructs_on_text(request.system) or hands_over_text(request.query):
+        return request.query.replace("\r\n", "\n")
+    return normalize_query(request.query)
+
+
 def normalize_query(query: str) -> str:
     """``normalize`` with a memo (repeats are what a cache sees most, and a lookup and its
     write-back key the same prompt); queries over 512 KB are normalized each time."""
@@ -223,7 +232,7 @@ def _digested_key(request: CacheRequest, cache_version: str, volatile: bool) -> 
         request.tenant,
         request.llm_key,
         context_fingerprint(request, volatile=volatile),
-        normalize_query(request.query),
+        keyed_query(request),
     )
     # length-prefixed parts: no two different requests produce the same material
     material = "".join([f"{len(p)}:{p}" for p in parts])
