@@ -1,6 +1,7 @@
-"""What the order rule's role checks (``structure._roles_swapped``, ``_possessor_asked``)
-cost and catch on the labelled pair sets: how many pairs they fire on, and how many of those no
-other rule refuses (the pairs whose outcome they change), same-meaning and different apart.
+"""What the order rule's role checks (``structure._roles_swapped``, ``_places_swapped``,
+``_possessor_asked``) cost and catch on the labelled pair sets: how many pairs they fire on,
+and how many of those no other rule refuses (the pairs whose outcome they change),
+same-meaning and different apart.
 
     python benchmarks/role_swaps.py   # → benchmarks/results/role_swaps.md (about 2 min)
 """
@@ -28,23 +29,30 @@ SETS = {
     "pawsx_zh": "pawsx_zh/pawsx_zh_test.tsv",
     "qqp": "qqp/qqp_quora_5k.tsv",
     "pawsx_en": "pawsx_en/pawsx_en_dev.tsv",
+    "gptcache_qqp_positives": "gptcache_qqp_positives/gptcache_similar_qqp_5k.tsv",
+    "mrpc": "mrpc/mrpc_test.tsv",
+    "stsb_en": "stsb_en/stsb_en_test.tsv",
 }
 
 
 def fires(q1: str, q2: str) -> bool:
     a, b = _analyses(q1, q2)
     swapped = structure._roles_swapped(a, b) or structure._roles_swapped(b, a)
+    swapped = swapped or structure._places_swapped(a, b)
     return swapped or (a.zh and b.zh and structure._possessor_asked(a, b))
 
 
 @contextlib.contextmanager
 def without_role_checks() -> Iterator[None]:
-    saved = structure._roles_swapped, structure._possessor_asked
-    structure._roles_swapped = structure._possessor_asked = lambda a, b: False  # type: ignore[assignment]
+    names = ("_roles_swapped", "_places_swapped", "_possessor_asked")
+    saved = [getattr(structure, name) for name in names]
+    for name in names:
+        setattr(structure, name, lambda a, b: False)
     try:
         yield
     finally:
-        structure._roles_swapped, structure._possessor_asked = saved
+        for name, check in zip(names, saved, strict=True):
+            setattr(structure, name, check)
 
 
 def main() -> None:

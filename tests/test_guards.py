@@ -103,6 +103,13 @@ REFUSED = [
     ("怎么联系房东", "房东怎么联系我", "structure.order"),
     ("怎么给妈妈打电话", "妈妈怎么给我打电话", "structure.order"),
     ("怎么向银行借钱", "银行怎么向我借钱", "structure.order"),
+    # who acts and whose thing it is trade places
+    ("Can my employer see my browsing history?", "Can I see my employer's browsing history?",
+     "structure.order"),
+    ("What happens if someone steals my identity?", "What happens if I steal someone's identity?",
+     "structure.order"),
+    ("Can you access my files?", "Can I access your files?", "structure.order"),
+    ("Can my boss fire me?", "Can I fire my boss?", "structure.order"),
     # the one asked for stands where it acts; whose it is, asked on one side only
     ("猫吃什么", "什么吃猫", "structure.order"),
     ("他打了谁", "谁打了他", "structure.order"),
@@ -165,6 +172,12 @@ PASSED = [
     ("Can you help me reset my password?", "Could you help me reset my password?"),
     ("客服怎么联系", "怎么联系客服"),
     ("谁是秦始皇的父亲", "秦始皇的父亲是谁"),
+    ("How can my password be reset?", "How do I reset my password?"),
+    ("How can I make money as a musician?", "How do musicians make money?"),
+    (
+        "How can I get a girlfriend if I am shy and socially awkward?",
+        "How do I get a girlfriend if I am socially awkward and shy?",
+    ),
     ("韭菜多吃什么好处", "多吃韭菜有什么好处"),
     (
         "Hiccups won't go away, how do I get rid of them?",

@@ -20,7 +20,7 @@ from ..lexicon import (
     phrases,
     words,
 )
-from .shared import content, stem
+from .shared import content, content_stems, stem
 
 
 def order(a: Analysis, b: Analysis) -> str | None:
@@ -32,7 +32,7 @@ def order(a: Analysis, b: Analysis) -> str | None:
     "the mild version … the original edition")."""
     if a.zh and b.zh and (_zh_reordered(a, b) or _copula_swapped(a, b)):
         return "order"  # (by where words stand: jieba may split the two texts apart)
-    if _roles_swapped(a, b) or _roles_swapped(b, a):
+    if _roles_swapped(a, b) or _roles_swapped(b, a) or _places_swapped(a, b):
         return "order"  # "How do I follow someone" / "How does someone follow me"
     owned_b = set(_POSSESSIVE.findall(b.text))
     if any((y, x) in owned_b and x != y for x, y in _POSSESSIVE.findall(a.text)):
@@ -135,6 +135,83 @@ def _roles_swapped(a: Analysis, b: Analysis) -> bool:
             if there == x[i] and moved in x[:i] and moved not in x[i + 1 :]:
                 return True
     return False
+
+
+# Who acts, by person ("me" is "I"), and who owns ("my" is "I" too): what moved, in English
+_ACTORS_EN = {
+    "i": "i", "me": "i", "you": "you", "he": "he", "him": "he", "she": "she", "we": "we",
+    "us": "we", "they": "they", "them": "they", "someone": "someone", "somebody": "someone",
+    "anyone": "anyone", "anybody": "anyone",
+}  # fmt: skip
+_OWNERS_EN = {"my": "i", "your": "you", "his": "he", "our": "we", "their": "they"}
+
+
+def _places_swapped(a: Analysis, b: Analysis) -> bool:
+    """Who acts and whose thing it is trade places (English): "Can my employer see my
+    browsing history?" / "Can I see my employer's browsing history?", "Can you access my
+    files?" / "Can I access your files?".  Around a word both say once, the last word before it
+    on one side stands after it on the other, where a person now acts ("I").  Not in a
+    passive, nor around what one *is* ("if I am shy and socially awkward"), nor where the
+    moved word is an adverb or a role ("I … as a musician")."""
+    if a.zh or b.zh or _passive(a) or _passive(b):
+        return False
+    ma, mb = _mentions_en(a), _mentions_en(b)
+    for word in {m for m in ma if m and m not in _ACTORS_EN.values()} & set(mb):
+        if ma.count(word) != 1 or mb.count(word) != 1:
+            continue
+        i, j = ma.index(word), mb.index(word)
+        if _moved_to_a_person(a, ma, i, b, mb, j) or _moved_to_a_person(b, mb, j, a, ma, i):
+            return True
+    return False
+
+
+def _moved_to_a_person(
+    x: Analysis, mx: list[str | None], i: int, y: Analysis, my: list[str | None], j: int
+) -> bool:
+    """The last word ``x`` says before its ``i``-th stands after ``y``'s ``j``-th (the same
+    word), and a person stands last before it in ``y``."""
+    before_x = [k for k in range(i) if mx[k]]
+    before_y = [k for k in range(j) if my[k]]
+    if not before_x or not before_y or y.tokens[before_y[-1]] not in _ACTORS_EN:
+        return False
+    moved = mx[before_x[-1]]
+    if moved not in my[j + 1 :] or moved in mx[i + 1 :] or moved in my[:j]:
+        return False
+    k = my.index(moved, j + 1)
+    if "as" in y.tokens[max(0, k - 2) : k]:
+        return False  # "How can I make money as a musician?" asks what musicians do
+    if not (_someone(x, before_x[-1]) and _someone(y, k)):
+        return False  # "lose weight fast" / "the fastest way to lose weight": no one moved
+    between = (*x.tokens[before_x[-1] + 1 : i], *y.tokens[before_y[-1] + 1 : j])
+    # each right before the word, but for auxiliaries ("Can my employer see"); not what one
+    # *is* ("if I am shy and socially awkward"), nor a word's modifier ("to factory settings")
+    return all(t in _AUXILIARIES or t.endswith("ly") for t in between)
+
+
+def _someone(a: Analysis, k: int) -> bool:
+    """The ``k``-th token names someone or something that may act: a person, or a word after
+    an owner or an article ("my employer", "the landlord")."""
+    token, before = a.tokens[k], a.tokens[k - 1] if k else ""
+    return token in _ACTORS_EN or token in _OWNERS_EN or before in _DETERMINERS
+
+
+_DETERMINERS = frozenset(("the", "a", "an", *_OWNERS_EN, "her"))
+_AUXILIARIES = frozenset(
+    "can could would will should shall may might must do does did not never also still ever "
+    "even just".split()
+)
+
+
+def _mentions_en(a: Analysis) -> list[str | None]:
+    """Each token as the order of roles reads it: a person by person, an owner by its person,
+    a content word by its stem, and None for the rest (stopwords, adverbs in -ly)."""
+    kept = set(content_stems(a))
+    out: list[str | None] = []
+    for token in a.tokens:
+        person = _ACTORS_EN.get(token) or _OWNERS_EN.get(token)
+        word = stem(token)
+        out.append(person or (word if word in kept and not token.endswith("ly") else None))
+    return out
 
 
 def _last_word(rest: tuple[str, ...]) -> bool:
