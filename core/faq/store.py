@@ -33,6 +33,7 @@ import numpy as np
 from ..key.canonical import canonical
 from ..key.forms import folded, form_key, same_question
 from ..key.request import normalize_query, text_bytes
+from ..key.script import writing
 from ..runtime.forks import hold_across_fork
 from ..runtime.home import private_sqlite
 from ..semantic.embed import Embedder
@@ -277,12 +278,12 @@ class _FaqCuration(_FaqFile):
             (form_key(question), self.namespace),
         ).fetchall()
         out = []
-        for faq_id, text, answer, tags, lang in rows:
+        for faq_id, text, answer, tags, language in rows:
             if same_question(text, question):
                 forms = db.execute(
                     "SELECT text FROM faq_forms WHERE faq_id = ? ORDER BY id", (faq_id,)
                 ).fetchall()
-                out.append((faq_id, _stored(text, answer, [f for (f,) in forms], tags, lang)))
+                out.append((faq_id, _stored(text, answer, [f for (f,) in forms], tags, language)))
         return out
 
     def _insert(self, entry: FaqEntry, vectors: np.ndarray | None) -> None:
@@ -426,16 +427,20 @@ class _FaqSearch(_FaqFile):
 
     def matches(self, query: str, floor: float) -> Iterator[FaqMatch]:
         """Curated matches for ``query`` that pass every guard and score ``floor`` or more,
-        best first (a form of the same question first, at 1.0); none rejected for it."""
+        best first (a form of the same question first, at 1.0); none rejected for it, and each
+        matched by a curated form in the query's script (``script.writing``)."""
         if not query.strip() or self.count() == 0:
             return
         for match in self._same_questions(query):
             if not self._rejected(match.faq_id, query):
                 yield match
                 return
+        asked_in = writing(query)
         for match in self.search(query, limit=self.candidates):
             if match.score < floor:
                 return
+            if writing(match.matched) != asked_in:
+                continue  # "Docker是什么" is not answered in English: a form in its language is
             guards = self.guards if match.score >= STRICT_BELOW else self._strict_guards
             if check(match.matched, query, guards)[0] is None:
                 if not self._rejected(match.faq_id, query):

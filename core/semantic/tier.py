@@ -36,7 +36,7 @@ from ..key.entry import CacheEntry
 from ..key.forms import folded, form_key, literals, same_question, unify
 from ..key.question import Located, locate
 from ..key.request import CacheRequest
-from ..key.script import has_cjk
+from ..key.script import has_cjk, writing
 from ..ops.metrics import Metrics
 from ..settings import DEFAULT_SEMANTIC, Reranker
 from .audit import AuditLog
@@ -263,6 +263,7 @@ class SemanticTier:
             learning.looked(pool)
         candidates = self._candidates(query, vector, where, keep, decision,
                                       rescore_from=rescore_from)  # fmt: skip
+        candidates = self._in_its_script(candidates, writing(question), decision)
         decision.top = [round(c.score, 4) for c in candidates[:3]]
         candidates = self._rerank(compared, candidates, decision)
         hit: SemanticHit | None
@@ -476,6 +477,21 @@ class SemanticTier:
             ]
         kept = (c for c in near if c.score >= threshold)
         return sorted(kept, key=lambda c: -c.score)
+
+    def _in_its_script(
+        self, candidates: list[Candidate], script: str, decision: Decision
+    ) -> list[Candidate]:
+        """The candidates asked in ``script`` (``script.writing``): "Docker是什么" is answered
+        in Chinese and "Что такое Linux?" in Russian, whatever "What is Docker?" or "What is
+        Linux?" was answered."""
+        kept = []
+        for candidate in candidates:
+            if writing(str(candidate.payload.get("question", ""))) == script:
+                kept.append(candidate)
+            else:
+                decision.rejected[candidate.id] = "language"
+                self.metrics.incr(TIER, "guard_language")
+        return kept
 
     def _plausible(self, candidates: list[Candidate]) -> list[Candidate]:
         """``candidates`` without the points this tier could not have written (a question too
