@@ -19,7 +19,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .admin import Admin, Entry
 from .exact.coalesce import Coalescer
@@ -54,6 +54,7 @@ from .runtime.steps import Call, arun, run
 from .semantic.guards.cacheable import is_cacheable
 from .settings import Exact, Faq, Redis, Semantic, resolve
 from .stores.base import L2Store, StatsLog
+from .stores.reopening import Reopening
 from .tiers import TierLoader
 from .verbs import CacheVerbs
 
@@ -490,7 +491,8 @@ def _ttl(ttl: float | None) -> float | None:
 def _open_store(
     where: Redis | L2Store | None, path: str | Path | None, exact: Exact
 ) -> L2Store | None:
-    """The configured L2 store, or ``None`` (L1 only) when SQLite cannot be opened."""
+    """The configured L2 store; a SQLite file that cannot be opened now (locked, unreadable,
+    damaged) is a store that is down until it opens (``Reopening``), never skipped."""
     if isinstance(where, Redis):
         try:
             from .stores.redis import RedisStore  # redis is an optional dependency
@@ -506,8 +508,13 @@ def _open_store(
     from .stores.sqlite import SQLiteStore
 
     file = Path(path) if path else data_dir() / "exact.sqlite3"
-    try:
+
+    def opened() -> SQLiteStore:
         return SQLiteStore(file, max_entries=exact.max_entries, max_bytes=exact.max_bytes)
+
+    try:
+        return opened()
     except (OSError, sqlite3.Error) as exc:
-        log.error("tricache: L2 store unavailable (%s: %s); running on L1 only", file, exc)
-        return None
+        log.error("tricache: L2 store unavailable (%s: %s); serving nothing it cannot verify "
+                  "until it opens (tried every 2 s)", file, exc)  # fmt: skip
+        return cast(L2Store, Reopening(opened, SQLiteStore, exc, name="sqlite", path=file))

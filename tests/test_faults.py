@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tricache import Cache, Exact, Redis, Semantic
+from tricache import Cache, Exact, Redis, Semantic, StoreUnavailable
 from tricache.ops.breaker import CircuitBreaker
 
 from conftest import RedisServer, SearchServer
@@ -169,15 +169,59 @@ def test_a_store_opened_while_another_process_makes_its_schema_waits_for_it(
         blocker.close()
 
 
-def test_unreadable_sqlite_file_disables_l2_with_a_clear_log(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_unreadable_sqlite_file_is_a_store_that_is_down_with_a_clear_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file the store cannot open is an outage of the store, not a reason to run on L1 alone
+    (which served what other processes invalidated, and took invalidations it told no one):
+    the app's calls go on, nothing unverified is served, an invalidation raises."""
     path = tmp_path / "garbage.sqlite3"
     path.write_bytes(b"this is not a database" * 100)
-    cache = Cache(path=path, namespace="garbage")
+    cache = Cache(path=path, namespace="garbage", semantic=False, faq=False)
     assert "L2 store unavailable" in caplog.text
-    req = cache.request("q")
-    cache.update(req, "a")
-    assert cache.lookup(req).text == "a"  # type: ignore[union-attr]
-    assert cache.stats()["store"]["l2"] == "none"
+    req = cache.request("q", tags=["t"])
+    assert cache.lookup(req) is None
+    cache.update(req, "a")  # (dropped: never an error in the app)
+    assert cache.lookup(req) is None
+    with pytest.raises(StoreUnavailable):
+        cache.invalidate("t")
+    assert cache.stats()["store"]["l2"] == "sqlite"
+    cache.close()
+
+
+def test_a_file_locked_when_the_cache_starts_is_opened_once_it_is_free(tmp_path: Path) -> None:
+    """A worker that started while another process held the file (a long transaction, a
+    VACUUM) ran on L1 only for good: it kept serving what the others invalidated, and its own
+    invalidations said 1 and reached no one.  It waits for the store instead."""
+    path = tmp_path / "c.sqlite3"
+    first = Cache(path=path, semantic=False, faq=False)
+    request = first.request("Which plans include SSO?", tags=["pricing"])
+    first.lookup(request)
+    first.update(request, "Old price list.")
+    holder = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    late = Cache(path=path, semantic=False, faq=False)  # waits 2 s, then goes on without it
+    try:
+        asked = late.request("Which plans include SSO?", tags=["pricing"])
+        assert late.lookup(asked) is None
+        with pytest.raises(StoreUnavailable):
+            late.invalidate("other")
+        holder.execute("COMMIT")
+        deadline = time.monotonic() + 15
+        while (hit := late.lookup(asked)) is None:
+            assert time.monotonic() < deadline, "the store never opened"
+            time.sleep(0.1)
+        assert hit.text == "Old price list."
+        assert first.invalidate("pricing") == 1
+        deadline = time.monotonic() + 5  # (its next poll)
+        while late.lookup(asked) is not None:
+            assert time.monotonic() < deadline, "the invalidated answer is still served"
+            time.sleep(0.05)
+        assert late.invalidate("other") == 1  # (it reaches the store now)
+    finally:
+        holder.close()
+        late.close()
+        first.close()
 
 
 @pytest.fixture
