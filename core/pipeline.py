@@ -26,6 +26,7 @@ from .faq.lookup import MAX_QUESTION_CHARS, faq_hit, faq_question
 from .hit import STORED, Hit
 from .key.asked import Asked, ask
 from .key.entry import CacheEntry
+from .key.options import in_block
 from .key.request import CacheRequest
 from .ops.metrics import Metrics, failed
 from .ops.requests import count_declined, count_lookup
@@ -101,8 +102,10 @@ class Pipeline:
 
     # the request's analysis ----------------------------------------------------------------
     def asked(self, request: CacheRequest) -> Asked:
-        """``request`` checked and analysed: once per lookup or update, or per ``answer``."""
+        """``request`` checked and analysed: once per lookup or update, or per ``answer``
+        (with the tags and category of an ``entry_options`` block around the call)."""
         self.check(request)
+        request = in_block(request)
         return ask(request, self.exact.key(request))
 
     def check(self, request: CacheRequest) -> None:

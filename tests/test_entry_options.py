@@ -6,6 +6,7 @@ a LangChain run's ``config={"metadata": {"tricache_ttl": ...}}`` or LlamaIndex's
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,48 @@ def test_a_block_gives_its_calls_a_ttl_tags_and_a_category(core: Cache) -> None:
     assert core.lookup(tagged) is None
     outside = core.request("What is gold?")
     assert outside.tags == () and outside.category is None  # the block ended
+
+
+@pytest.mark.parametrize("where", ["here", "in another thread"])
+def test_a_block_around_the_write_alone_tags_the_answer(
+    core: Cache, options: dict[str, Any], where: str
+) -> None:
+    """A request made (and looked up) before the block, written inside it: the answer was
+    written without the block's tags, so ``invalidate(tag)`` left it served."""
+    request = core.request("Which plans include SSO?")
+    assert core.lookup(request) is None
+    began = core.began(request)
+
+    def write() -> None:
+        with entry_options(tags=["pricing"], category="billing"):
+            assert core.update(request, "Pro and Enterprise.", began=began)
+
+    if where == "here":
+        write()
+    else:
+        worker = threading.Thread(target=write)
+        worker.start()
+        worker.join()
+    entry = _stored(core, "Which plans include SSO?")
+    assert entry.tags == ("pricing",) and entry.category == "billing"
+    assert core.invalidate("pricing") == 1
+    assert core.lookup(core.request("Which plans include SSO?")) is None
+    other = Cache(**options, semantic=False)
+    try:  # another process, from the store
+        assert other.lookup(other.request("Which plans include SSO?")) is None
+    finally:
+        other.close()
+
+
+def test_a_tag_gained_after_a_change_is_not_written(core: Cache) -> None:
+    """Its version when the request began is unknown: once anything changed in the namespace
+    since, the answer may predate an invalidation of that very tag, and is not stored."""
+    request = core.request("Which plans include SSO?")
+    assert core.lookup(request) is None
+    core.invalidate("pricing")  # while the model was answering
+    with entry_options(tags=["pricing"]):
+        assert not core.update(request, "Pro and Enterprise (the old price list).")
+    assert core.lookup(core.request("Which plans include SSO?")) is None
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "600"], ids=repr)

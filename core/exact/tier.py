@@ -18,6 +18,7 @@ and ``put_steps``, which ``Cache`` drives with blocking or awaited store calls.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Generator
@@ -120,6 +121,19 @@ class _ExactParts:
         if self.store is not None and (self.versions.unknown(tags) or not self.versions.verified()):
             return None
         return self.versions.stamp(tags)
+
+    def _with_later_tags(self, stamp: Stamp, tags: tuple[str, ...]) -> Stamp:
+        """``stamp`` with the versions of the tags its request gained after it began (an
+        ``entry_options`` block around the write only), when nothing has changed in the
+        namespace since: their versions now are those it began under.  Otherwise ``stamp``
+        as it is (its answer is not stored)."""
+        later = tuple(t for t in tags if t not in stamp.tags)
+        if not later or stamp.seq < 0:
+            return stamp
+        now = self._stamp(later)
+        if now is None or (now.epoch, now.seq, now.heard) != (stamp.epoch, stamp.seq, stamp.heard):
+            return stamp
+        return dataclasses.replace(stamp, tags={**stamp.tags, **now.tags})
 
     def _judge(self, entry: CacheEntry, *, written: float | None = None) -> str | None:
         """Why ``entry`` is stale, or ``None``; ``StoreUnavailable`` when this view cannot tell
@@ -460,8 +474,8 @@ class _ExactWrites(_ExactParts):
         ``stamp``: the versions its request began under (by default those its lookup's miss
         recorded, else the current ones).  ``shared=False``: only this request may get it (no
         semantic or FAQ match resolves to it)."""
-        if stamp is None and self.sync.missing(asked.tags) is not None:
-            yield from self.sync.ready_steps(asked.tags)  # an update with no lookup before it
+        if self.sync.missing(asked.tags) is not None:  # an update with no lookup before it,
+            yield from self.sync.ready_steps(asked.tags)  # or with tags its lookup had not
         prepared = self._prepare(
             asked, text, payload, category, negative, tokens, model, stamp, shared, ttl
         )
@@ -534,6 +548,7 @@ class _ExactWrites(_ExactParts):
         if stamp is UNFIT:  # its versions could not be read when it began
             self.metrics.incr(TIER, "unverified_writes")
             return None
+        stamp = self._with_later_tags(stamp, tags)
         if set(stamp.tags) != set(tags) or not self.versions.current(stamp):
             self.metrics.incr(TIER, "stale_writes")  # the versions moved during the call
             return None

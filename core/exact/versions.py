@@ -43,6 +43,8 @@ class Stamp:
     floor: float
     tags: dict[str, int] = field(default_factory=dict)
     started: float = 0.0  # the store's clock when the request began (estimated)
+    seq: int = -1  # the changes of its epoch polled when it began (-1: unknown)
+    heard: int = -1  # the changes heard (events, this process's own) when it began
 
 
 class VersionView:
@@ -53,6 +55,7 @@ class VersionView:
         self._local = local  # no store: this process holds the only copy
         self.epoch = secrets.token_hex(8) if local else ""  # "" = never heard from the store
         self.seq = 0  # changes seen in this epoch
+        self.heard = 0  # changes heard as events or made here (a poll counts in ``seq``)
         self._kb = 0
         self._floor = 0.0
         self._deletes = 0
@@ -87,7 +90,9 @@ class VersionView:
                 self._tags.clear()
             for name, value in state.values.items():
                 self._observe(name, value)
-            if asked is not None:
+            if asked is None:
+                self.heard += 1
+            else:
                 wall, monotonic = asked
                 self.seq = max(self.seq, state.upto)
                 self._offset = state.clock - (wall + time.time()) / 2
@@ -111,6 +116,7 @@ class VersionView:
             if epoch != self.epoch:
                 return False
             self._observe(name, value)
+            self.heard += 1
             return True
 
     def went_back(self, state: VersionState, after: int) -> bool:
@@ -177,7 +183,8 @@ class VersionView:
         """The versions a request beginning now is written under (its tags must be known)."""
         with self._lock:
             versions = {t: self._tags.get(t, 0) for t in tags}
-            return Stamp(self.epoch, self._kb, self._floor, versions, self.store_now())
+            return Stamp(self.epoch, self._kb, self._floor, versions, self.store_now(), self.seq,
+                         self.heard)  # fmt: skip
 
     def current(self, stamp: Stamp) -> bool:
         """True when nothing the stamp recorded has changed since."""

@@ -13,11 +13,15 @@ from LangChain's ``config={"metadata": {"tricache_ttl": ..., "tricache_tags": [.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .request import CacheRequest
 
 __all__ = [
     "MAX_TTL_S",
@@ -88,6 +92,20 @@ def entry_options(
 
 def current_entry_options() -> EntryOptions:
     return _options.get() or _NONE
+
+
+def in_block(request: CacheRequest) -> CacheRequest:
+    """``request`` with the tags and category of the ``entry_options`` block around the call
+    added, as ``Cache.request`` adds them: a request made before the block and written inside
+    it is written with them (else ``invalidate(tag)`` would not reach its answer)."""
+    options = _options.get()
+    if options is None or (not options.tags and options.category is None):
+        return request
+    tags = tuple(dict.fromkeys((*request.tags, *options.tags)))
+    category = request.category if request.category is not None else options.category
+    if tags == request.tags and category == request.category:
+        return request
+    return dataclasses.replace(request, tags=tags, category=category)
 
 
 @contextlib.contextmanager
