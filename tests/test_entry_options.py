@@ -55,6 +55,23 @@ def test_an_update_lives_as_long_as_it_asks(core: Cache, options: dict[str, Any]
         other.close()
 
 
+def test_another_caches_l1_keeps_an_entry_no_longer_than_the_store(
+    core: Cache, options: dict[str, Any]
+) -> None:
+    """Another cache that read the entry from the store late in its life kept it in L1 for a
+    whole TTL from that read: served up to a TTL past the store's expiry."""
+    assert core.update(core.request("What is the spot price of gold?"), "2400 USD", ttl=3.0)
+    written = time.monotonic()
+    other = Cache(**options, semantic=False)
+    try:
+        time.sleep(1.0)
+        assert other.lookup(other.request("What is the spot price of gold?")) is not None
+        time.sleep(max(0.0, written + 3.6 - time.monotonic()))
+        assert other.lookup(other.request("What is the spot price of gold?")) is None
+    finally:
+        other.close()
+
+
 def test_a_block_gives_its_calls_a_ttl_tags_and_a_category(core: Cache) -> None:
     with (
         entry_options(ttl=0.5, tags=["pricing"], category="knowledge"),

@@ -33,7 +33,7 @@ from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..runtime.steps import Call, Steps, run
 from ..settings import Exact
-from ..stores.base import L2Store
+from ..stores.base import L2Store, Record
 from ..stores.memory import TTLLRU
 from .bloom import KeyFilter
 from .link import TIER, StoreLink, StoreUnavailable, refused
@@ -164,9 +164,20 @@ class _ExactParts:
                 self._tell_served(now=True)
             self.store.close()
 
-    def _l1_ttl(self, entry: CacheEntry) -> float:
+    def _l1_ttl(self, entry: CacheEntry, written: float | None = None) -> float:
+        """How long L1 keeps ``entry``: its lifetime (capped by the L1 policy), less its age
+        when it was read from L2 (``written``: the store's clock when it was written), so
+        that no L1 keeps it past the store's expiry."""
         lifetime = entry.ttl or self.policy.base_ttl(entry.category, negative=entry.negative)
+        if written is not None:
+            lifetime -= max(0.0, self.versions.store_now() - written)
         return min(self.policy.l1, lifetime)
+
+    def _keep(self, key: str, entry: CacheEntry, record: Record) -> None:
+        """Keep ``entry``, read from L2 as ``record``, in L1 for what is left of its life."""
+        ttl = self._l1_ttl(entry, record.watermark)
+        if ttl > 0:
+            self.l1.set(key, entry, ttl, size=len(record.value))
 
     def _stale(self, entry: CacheEntry, written: float) -> bool:
         """Whether ``entry`` (written at ``written``) is stale, for an admin verb: what this
@@ -320,7 +331,7 @@ class _ExactReads(_ExactParts):
             self.metrics.incr(TIER, "stale")
             self.link.delete(key)
             return None
-        self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
+        self._keep(key, entry, record)
         return entry
 
     def read(self, key: str) -> CacheEntry | None:
@@ -423,7 +434,7 @@ class _ExactReads(_ExactParts):
             self._miss()
             return None
         if keep:
-            self.l1.set(key, entry, self._l1_ttl(entry), size=len(record.value))
+            self._keep(key, entry, record)
         if not self._declares(entry, tags):
             self._miss()
             return None
