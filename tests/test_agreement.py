@@ -89,6 +89,40 @@ def test_agreeing_neighbours_serve_a_paraphrase_the_rules_alone_refuse(tmp_path:
     assert served == {True: True, False: False}
 
 
+# Questions a model answers with a bare yes or no: alike answers show nothing of the questions
+VERDICTS = {
+    "Is a whale a mammal?": "Yes.", "Is a dolphin a mammal?": "Yes.",
+    "Is a bat a mammal?": "Yes.", "Is a shark a fish?": "Yes.", "Is a salmon a fish?": "Yes.",
+    "Can I bring a laptop in my carry-on?": "Yes.",
+    "Can I bring a power bank in my carry-on?": "Yes.",
+    "Can I bring a laptop in my checked luggage?": "Yes.",
+    "Can I bring a camera in my checked luggage?": "Yes.",
+    "鲸鱼是哺乳动物吗": "是。", "海豚是哺乳动物吗": "是。", "蝙蝠是哺乳动物吗": "是。",
+    "鲨鱼是鱼吗": "是。", "三文鱼是鱼吗": "是。",
+}  # fmt: skip
+OPPOSITES = {
+    "Is a whale a fish?": "No.",
+    "Is a dolphin a fish?": "No.",
+    "Is a shark a mammal?": "No.",
+    "Can I bring a power bank in my checked luggage?": "No.",
+    "鲨鱼是哺乳动物吗": "不是。",
+}
+
+
+def test_a_bare_yes_or_no_forms_no_group(tmp_path: Path) -> None:
+    """Neighbours that all got "Yes." served "Yes." to a recombination of their words whose
+    answer is "No." ("Is a whale a fish?" next to whale/dolphin/bat mammals and shark/salmon
+    fish): a bare verdict fits every question of its shape, so it is no group."""
+    with _cache(tmp_path / "v.sqlite3") as cache:
+        for question, answer in VERDICTS.items():
+            _ask(cache, question, answer)
+        points = [p.payload.get("answer", "")
+                  for p in cache.semantic.index.find({}, 50)]  # type: ignore[union-attr]  # fmt: skip
+        assert len(points) == len(VERDICTS) and not any(points)
+        served = {q: hit.text for q in OPPOSITES if (hit := cache.lookup(cache.request(q)))}
+        assert served == {}
+
+
 def test_no_group_serves_across_tenants_or_models(tmp_path: Path) -> None:
     """Agreement never crosses a scope: the group of one tenant (or model) lends nothing to
     another's question."""

@@ -36,8 +36,10 @@ __all__ = [
     "SAME_FAMILY",
     "UNRELATED",
     "Families",
+    "bare_verdict",
     "boilerplate",
     "failure",
+    "uninformative",
     "wrapped_alike",
 ]
 
@@ -112,6 +114,36 @@ def boilerplate(answer: str) -> bool:
     if not text or not _WORDLESS.search(text) or text.rstrip(".。!！") in _NOTHING:
         return True
     return text.startswith(REFUSALS) or _reports_failure(text)
+
+
+def bare_verdict(answer: str) -> bool:
+    """True for an answer that is a yes or a no and little else ("Yes.", "No, you can't.",
+    "是的。", "不可以"): it fits every question of its shape, so questions answered alike by it
+    are not shown to be one question ("Is a whale a mammal?" and "Is a whale a fish?" would
+    both be "Yes." by the group of their neighbours)."""
+    text = _plain(answer).rstrip(_ENDS + "。！？")
+    words = _VERDICT_WORDS.findall(text)
+    if words and words[0] in _VERDICTS_EN:
+        return len(words) <= _VERDICT_TAIL
+    return bool(_VERDICT_ZH.fullmatch(text))
+
+
+def uninformative(answer: str) -> bool:
+    """``boilerplate`` or a ``bare_verdict``: agreeing on it shows nothing about the
+    questions (no label, no answer group)."""
+    return boilerplate(answer) or bare_verdict(answer)
+
+
+_VERDICTS_EN = frozenset(
+    "yes no yeah yep nope nah correct incorrect true false right wrong sure absolutely "
+    "definitely certainly indeed".split()
+)
+_VERDICT_TAIL = 5  # words at most: "No, you cannot bring it."
+_VERDICT_WORDS = re.compile(r"[a-z0-9']+")
+_VERDICT_ZH = re.compile(
+    r"(?:是的?|不是|对的?|不对|没错|可以|不可以|不行|行|能|不能|会|不会|有|没有|当然|当然可以|"
+    r"当然不|正确|错误|不)[，,]?.{0,6}"
+)
 
 
 def failure(answer: str) -> bool:

@@ -5,8 +5,8 @@ found near (``Near``: what the semantic tier saw, kept by the request's exact ke
 compared with the fresh answer, nearest first: the first whose cached answer says the same
 (``learning.same_answer``: equal in form, or the same numbers, negations, names and literals
 and embeddings very close) lends its group; otherwise the answer's own digest starts one.  An
-answer that says nothing about its question (a refusal, an error, an empty text:
-``answers.boilerplate``) joins no group.
+answer that says nothing about its question (a refusal, an error, an empty text, a bare
+yes or no: ``answers.uninformative``) joins no group and starts none.
 
 Groups live in the points, so every worker and every kind of index sees them, restarts keep
 them, and a deleted or expired point leaves its group at once.  They never cross a scope: the
@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..key.entry import CacheEntry
-from .answers import boilerplate
+from .answers import uninformative
 from .learning import same_answer
 
 __all__ = ["JOIN_MIN_SCORE", "Near", "Neighbour", "joined_group"]
@@ -80,14 +80,14 @@ def joined_group(
 ) -> str | None:
     """The group ``answer`` joins: that of the nearest of ``near`` whose current answer says
     the same, or ``None`` (it starts its own).  A store that fails here only loses the join."""
-    if boilerplate(answer):
+    if uninformative(answer):
         return None
     for neighbour in sorted(near, key=lambda n: -n.score)[:_COMPARED]:
         try:
             entry = resolve(neighbour.ref)
         except Exception:  # (the store is away: the answer starts a group of its own)
             return None
-        if entry is None or entry.negative or not entry.shared or boilerplate(entry.text):
+        if entry is None or entry.negative or not entry.shared or uninformative(entry.text):
             continue
         if same_answer(entry.text, answer, embed):
             return neighbour.group

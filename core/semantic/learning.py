@@ -56,7 +56,7 @@ from ..key.normalize import normalize
 from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import LabelLog
-from .answers import Families, boilerplate, wrapped_alike
+from .answers import Families, uninformative, wrapped_alike
 from .decision import CLASSES, learned_thresholds, prior
 from .guards.analysis import analyze
 from .guards.checks import check
@@ -622,7 +622,7 @@ class Learning:
             same = same_answer(cached, answer, self.embed)
         digest = answer_digest(cached)
         if same:  # agreement counts only where the answer says something about its question
-            if boilerplate(cached) or boilerplate(answer):
+            if uninformative(cached) or uninformative(answer):
                 self.metrics.incr("semantic", "labels_boilerplate")
                 return None
             digest, generic = self.families.family(

@@ -86,6 +86,8 @@ def draft(
     question = asked.folded
     if len(question) > MAX_STORED_QUESTION:  # (what readers would skip)
         return None
+    from .answers import uninformative  # (numpy and the guards load with the semantic tier)
+
     return {
         **scope(asked.request, located, volatile=volatile),
         "question": question,
@@ -98,8 +100,9 @@ def draft(
         "expires_at": time.time() + ttl,
         "verified": False,
         "ref": asked.key,
-        # which answer it points at (a digest): neighbours holding one answer agree
-        "answer": answer_digest(entry.text),
+        # which answer it points at (a digest): neighbours holding one answer agree, unless
+        # it says nothing of its question (a refusal, a bare "Yes."): those form no group
+        "answer": "" if uninformative(entry.text) else answer_digest(entry.text),
     }
 
 
