@@ -36,6 +36,11 @@ SYSTEM_TASKS = [
     ("判断用户的句子是否通顺，只回答是或否。", "我怎么重置密码？", "我怎么密码重置？"),
     ("数一数用户的话有几个字。", "那个，请问怎么重置密码？谢谢哈", "怎么重置密码？"),
     ("用户的话是否以问号结尾？只回答是或否。", "怎么注册微信？", "怎么注册微信"),
+    ("You are a copy editor.", "how do i reset my password", "How do I reset my password?"),
+    ("You are an echo bot.", "What's up?", "Whats up?"),
+    ("Answer with just the number of words.", "Hi, how are you?", "How are you?"),
+    ("你是一个复读机。", "那个，请问怎么重置密码？", "怎么重置密码？"),
+    ("只回答字数。", "那个，请问怎么重置密码？", "怎么重置密码？"),
 ]  # fmt: skip
 TEMPLATES = [
     ("Is this sentence grammatical?\n{text}", "How do I reset my password?",
@@ -47,6 +52,10 @@ TEMPLATES = [
      "how do I reset my password"),
     ("这句话通顺吗？\n{text}", "我怎么重置密码？", "我怎么密码重置？"),
     ("翻译成英文：\n{text}", "天空为什么是蓝色的？", "为什么天空是蓝色的？"),
+    ("Convert to title case: {text}", "how do i reset my password", "How do I reset my password"),
+    ("Make it sound like a pirate: {text}", "How do I reset my password?",
+     "How can I reset my password?"),
+    ("转成全角：{text}", "ABC 123", "ABC123"),
 ]  # fmt: skip
 
 # Instructions that answer the user: the cache folds and compares their questions as before
@@ -61,6 +70,10 @@ ANSWERING_SYSTEMS = [
     "你是一个乐于助人的助手。",
     "请用中文简洁地回答用户的问题。",
     "请礼貌地回复用户的消息。",
+    "You are a support assistant for Amazon Echo devices.",
+    "Keep answers short; limit the number of words.",
+    "Always answer in lower case.",
+    "You are a helpful assistant for the VS Code editor.",
 ]
 QUESTIONS = [
     "How do I translate a PDF?",
@@ -71,6 +84,8 @@ QUESTIONS = [
     "---\nGiven the context information, answer the query.\nQuery: How tall is it?\nAnswer: ",
     "怎么把PDF翻译成中文？",
     "请问怎么统计Excel里的字数？",
+    "How do I convert a PDF to Word?",
+    "Convert 5 miles to km",
 ]
 
 

@@ -28,16 +28,19 @@ __all__ = ["hands_over_text", "instructs_on_text"]
 # Operations on wording: the text's form is what they answer
 _WORDING = (
     r"\b(?:translat\w*|transliterat\w*|proofread\w*|paraphras\w*|rephras\w*|reword\w*|"
-    r"rewrit\w*|spell[- ]?check\w*|grammar|grammatical\w*|ungrammatical|punctuat\w*)\b"
-    r"|翻译|译成|译为|润色|改写|校对|纠错|病句|语法|通顺|标点"
+    r"rewrit\w*|spell[- ]?check\w*|grammar|grammatical\w*|ungrammatical|punctuat\w*|"
+    r"copy[- ]?edit\w*|echo bot|echo back|repeat back|"
+    r"(?:only|just) (?:the )?number of (?:words|characters|letters|sentences))\b"
+    r"|翻译|译成|译为|润色|改写|校对|纠错|病句|语法|通顺|标点|复读|只(?:回答|输出|给出)?字数|全角|半角"
 )
 # Other operations on a text: they work on it when the text is named
 _ON_A_TEXT = (
     r"\b(?:count\w*|repeat\w*|echo\w*|revers\w*|summari[sz]\w*|capitali[sz]\w*|"
-    r"correct|fix|rate|score|grade|judge|check|classify|analy[sz]e|spelling|typos?|"
+    r"correct|fix|rate|score|grade|judge|check|classify|analy[sz]e|spelling|typos?|convert|"
+    r"title ?case|sentence ?case|make it sound|sound like|in the style of|"
     r"how many (?:words|characters|letters|sentences|syllables|vowels))\b"
     r"|几个字|多少字|字数|数一数|统计|重复|复述|原样|倒过来|反过来|总结|摘要|概括|大写|小写|"
-    r"错别字|改正|纠正|判断|评价|打分"
+    r"错别字|改正|纠正|判断|评价|打分|转成|转换|繁体|简体"
 )
 # The user's text, named in a system prompt (not the user's question: that one is answered)
 _USERS_TEXT = (
