@@ -228,7 +228,14 @@ def test_analysis_extracts_numbers_entities_and_negations() -> None:
      "How long until midnight?", "How many days until Christmas?", "离春节还有几天？",
      "How many years since the Berlin Wall fell?", "Is it a weekend?", "Is the store open?",
      "Is it daytime in Tokyo?", "Is Gmail down?", "Any delays on the Piccadilly line?",
-     "28号是星期几", "银行开门了吗", "微信是不是崩了吗"],
+     "28号是星期几", "银行开门了吗", "微信是不是崩了吗",
+     # the next one, the sun today, a countdown with words between; the asker's value or
+     # place; an incumbent
+     "How many days are left until Christmas?", "When is the next train to Boston?",
+     "What time is sunset?", "How many days left in the year?", "What week of the year is it?",
+     "What is my IP address?", "Where am I?", "What's near me?", "How far am I from Paris?",
+     "What's my credit score?", "How old will I be in 2030?", "附近有什么好吃的",
+     "离我最近的医院在哪", "我在哪里", "几号了", "谁是美国现任总统", "下一班地铁几点"],
 )  # fmt: skip
 def test_time_or_asker_dependent_questions_are_not_cacheable(question: str) -> None:
     assert not is_cacheable(question)
