@@ -340,7 +340,7 @@ class _RedisEntries(_RedisClients):
     trips cost nothing there, and Redis Cluster refuses a script inside a pipeline."""
 
     def get(self, key: str) -> Record | None:
-        return _record(self._sync.get(key))
+        return _read(self._sync, key)
 
     # A write follows an LLM call (seconds): two round trips cost nothing there, and Redis
     # Cluster refuses a script inside a pipeline.
@@ -368,7 +368,10 @@ class _RedisEntries(_RedisClients):
             pipe.execute()
 
     async def aget(self, key: str) -> Record | None:
-        return _record(await self._aclient().get(key))
+        try:
+            return _record(await self._aclient().get(key))
+        except redis.ResponseError as exc:
+            return _not_an_entry(exc)
 
     async def aset(self, key: str, value: bytes, ttl: float) -> float:
         client = self._aclient()
@@ -387,7 +390,7 @@ class _RedisEntries(_RedisClients):
 
     def scan(self, namespace: str) -> Iterator[tuple[str, Record]]:
         for key in self.keys(namespace):
-            record = _record(self._bulk.get(key))
+            record = _read(self._bulk, key)
             if record is not None:  # expired between SCAN and GET
                 yield key, record
 
@@ -745,6 +748,23 @@ def _record(value: bytes | None) -> Record | None:
     if len(head) == _WM_DIGITS and head.isdigit():
         return Record(value[_WM_DIGITS:], int(head) / 1e6)
     return Record(value, 0.0)
+
+
+def _read(client: Any, key: str) -> Record | None:
+    """The record stored under ``key`` (``None``: none)."""
+    try:
+        return _record(client.get(key))
+    except redis.ResponseError as exc:
+        return _not_an_entry(exc)
+
+
+def _not_an_entry(exc: redis.ResponseError) -> Record:
+    """A key of another type where an entry belongs (a hash, a list: written by hand) reads
+    as a value the entry codec rejects, so the tier deletes it as corrupt, as it does a
+    string of garbage; the store's other refusals are raised."""
+    if not str(exc).startswith("WRONGTYPE"):
+        raise exc
+    return Record(b"", 0.0)
 
 
 def _wlog(key: str) -> str:

@@ -1,0 +1,88 @@
+"""What a hand or a bug may leave in the shared Redis: a key of another type where an entry
+belongs.  It is skipped as the documented hostile value is (docs/security.md: a miss, the key
+deleted, a counter incremented), never read as a store failure: the rest goes on being served.
+Each test has a private redis-server; commands run as a user runs them, in a fresh process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from tricache import Cache, Exact
+
+from conftest import RedisServer
+
+NAMESPACE = "hostile"
+
+# a key of each other type, where a MessagePack string belongs
+OTHER_TYPES: dict[str, Callable[[redis.Redis, str], object]] = {
+    "hash": lambda client, key: client.hset(key, "a", "b"),
+    "list": lambda client, key: client.rpush(key, "a"),
+    "zset": lambda client, key: client.zadd(key, {"a": 1}),
+}
+
+
+def tricache(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tricache", *args], capture_output=True, text=True, timeout=120)
+
+
+def open_cache(server: RedisServer, **options: object) -> Cache:
+    options.setdefault("exact", Exact(bloom=False))  # every lookup reads L2
+    return Cache(redis_url=server.url, namespace=NAMESPACE, semantic=False, faq=False, **options)  # type: ignore[arg-type]
+
+
+def replace(client: redis.Redis, key: str, kind: str) -> None:
+    client.delete(key)
+    OTHER_TYPES[kind](client, key)
+
+
+@pytest.mark.parametrize("kind", sorted(OTHER_TYPES))
+def test_an_entry_key_of_another_type_is_a_corrupt_value(
+    private_redis: RedisServer, kind: str
+) -> None:
+    client = redis.Redis.from_url(private_redis.url)
+    with open_cache(private_redis) as writer:
+        good = writer.request("How do I export a report?")
+        bad = writer.request("Which plans have SSO?")
+        writer.update(good, "From the menu.")
+        writer.update(bad, "Business.")
+        key = writer.exact.key(bad)
+    with open_cache(private_redis) as reader:
+        for _ in range(10):  # more than the breaker's three failures in a row
+            replace(client, key, kind)
+            assert reader.lookup(bad) is None
+            assert not client.exists(key)
+        replace(client, key, kind)
+        assert asyncio.run(reader.alookup(bad)) is None
+        assert not client.exists(key)
+        hit = reader.lookup(good)
+        assert hit is not None and hit.text == "From the menu."
+        stats = reader.stats()
+    assert stats["exact"]["corrupt"] == 11
+    assert "read_errors" not in stats["exact"]
+    assert not stats["store"]["breaker_open"]
+
+
+def test_entries_and_evict_pass_over_an_entry_key_of_another_type(
+    private_redis: RedisServer,
+) -> None:
+    client = redis.Redis.from_url(private_redis.url)
+    with open_cache(private_redis) as cache:
+        for i in range(3):
+            cache.update(cache.request(f"How do I export report {i}?"), f"R{i}")
+        key = cache.exact.key(cache.request("How do I export report 0?"))
+        replace(client, key, "hash")
+        assert sorted(e.answer for e in cache.entries()) == ["R1", "R2"]
+    where = ["--redis-url", private_redis.url, "--namespace", NAMESPACE]
+    listed = tricache("entries", "list", "--json", *where)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(json.loads(line)["answer"] for line in listed.stdout.splitlines()) == ["R1", "R2"]
+    evicted = tricache("evict", *where)
+    assert evicted.returncode == 0, evicted.stderr
+    assert json.loads(evicted.stdout) == {"scanned": 3, "stale": 0, "corrupt": 1}
+    assert not client.exists(key)
