@@ -1,13 +1,16 @@
 """What a hand or a bug may leave in the shared Redis: a key of another type where an entry
-belongs.  It is skipped as the documented hostile value is (docs/security.md: a miss, the key
-deleted, a counter incremented), never read as a store failure: the rest goes on being served.
-Each test has a private redis-server; commands run as a user runs them, in a fresh process."""
+belongs, a record of the write log that names no key.  Each is skipped as the documented hostile
+value is (docs/security.md: a miss, the key deleted, a counter incremented), never read as a
+store failure: the rest goes on being served.  Each test has a private redis-server; commands
+run as a user runs them, in a fresh process."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 
 import pytest
@@ -86,3 +89,40 @@ def test_entries_and_evict_pass_over_an_entry_key_of_another_type(
     assert evicted.returncode == 0, evicted.stderr
     assert json.loads(evicted.stdout) == {"scanned": 3, "stale": 0, "corrupt": 1}
     assert not client.exists(key)
+
+
+WRITER = """
+from tricache import Cache
+with Cache(redis_url={url!r}, namespace={namespace!r}, semantic=False, faq=False) as cache:
+    for i in range(5):
+        cache.update(cache.request(f"How do I export report {{i}}?"), f"R{{i}}")
+"""
+
+
+def wait_for(done: Callable[[], bool], timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_write_log_record_that_names_no_key_is_skipped(private_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(private_redis.url)
+    with open_cache(private_redis, exact=Exact()) as reader:  # with its Bloom filter
+        reader.update(reader.request("warm"), "w")
+        assert wait_for(lambda: reader.exact.bloom is not None and reader.exact.bloom.ready)
+        log = f"tricache:{NAMESPACE}:wlog"
+        client.xadd(log, {b"\xff": b"\x00"})  # no key
+        client.xadd(log, {"k": b"\xff\xfe"})  # a key that is not UTF-8
+        code = WRITER.format(url=private_redis.url, namespace=NAMESPACE)
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)  # another process
+        asked = [reader.request(f"How do I export report {i}?") for i in range(5)]
+        assert wait_for(lambda: all(reader.lookup(r) is not None for r in asked))
+        with open_cache(private_redis, exact=Exact()) as late:  # its first load reads the log
+            late.lookup(late.request("warm"))
+            assert wait_for(lambda: late.exact.bloom is not None and late.exact.bloom.ready)
+        stats = reader.stats()["exact"]
+    assert stats["wlog_skipped"] == 2
+    assert "refresh_errors" not in stats

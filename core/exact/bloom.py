@@ -18,8 +18,10 @@ from collections.abc import Iterable, Iterator
 
 from rbloom import Bloom
 
+from ..ops.metrics import Metrics
 from ..runtime.forks import on_fork
 from ..stores.base import L2Store
+from .link import TIER
 
 __all__ = ["KeyFilter"]
 
@@ -37,12 +39,18 @@ def _key_hash(key: str) -> int:
 
 
 class KeyFilter:
-    """Keys that may be in L2; ``might_contain`` is False only for keys surely never written."""
+    """Keys that may be in L2; ``might_contain`` is False only for keys surely never written.
+    Log records that name no key are passed over, counted in ``metrics`` (``wlog_skipped``)."""
 
     def __init__(
-        self, capacity: int = 1_000_000, error_rate: float = 0.01, sync_s: float = 0.05
+        self,
+        capacity: int = 1_000_000,
+        error_rate: float = 0.01,
+        sync_s: float = 0.05,
+        metrics: Metrics | None = None,
     ) -> None:
         self.capacity = capacity
+        self.metrics = metrics or Metrics()
         self.error_rate = error_rate
         self.sync_s = sync_s
         self._synced_at = 0.0
@@ -134,10 +142,13 @@ class KeyFilter:
             self._check_open()
             batch = store.written_since(namespace, self._cursor)
             complete = complete and batch.complete
+            if batch.skipped:
+                self.metrics.incr(TIER, "wlog_skipped", batch.skipped)
+                log.debug("tricache: %d write log records name no key: skipped", batch.skipped)
             with self._filter_lock:
                 bloom.update(batch.keys)
             self._cursor = batch.cursor
-            if not batch.keys:
+            if not batch.keys and not batch.skipped:
                 return complete
             time.sleep(0.002)
 

@@ -80,7 +80,8 @@ class _ExactParts:
         self.metrics = metrics or Metrics()
         self.link = StoreLink(store, CircuitBreaker(), self.metrics)
         self.l1: TTLLRU[CacheEntry] = TTLLRU(settings.l1_max_items, settings.l1_max_bytes)
-        self.bloom = KeyFilter(self.bloom_capacity) if settings.bloom and store else None
+        with_bloom = bool(settings.bloom and store)
+        self.bloom = KeyFilter(self.bloom_capacity, metrics=self.metrics) if with_bloom else None
         self.versions = VersionView(max_lag=max(2.0, 4 * self.refresh_s), local=store is None)
         self._upkeep = Upkeep(self, self.refresh_s, "tricache-upkeep")
         self.sync = VersionSync(

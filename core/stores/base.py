@@ -88,6 +88,7 @@ class WrittenKeys(NamedTuple):
     keys: list[str]
     cursor: str
     complete: bool  # False when the log lost entries since the cursor: rebuild from a full scan
+    skipped: int = 0  # records read past that name no key (written by hand, not UTF-8)
 
 
 class PointChanges(NamedTuple):

@@ -405,9 +405,9 @@ class _RedisEntries(_RedisClients):
         if isinstance(info, Exception):  # no stream yet: nothing was written
             return WrittenKeys([], cursor, True)
         complete = not cursor or _continues(info, cursor)
-        keys = [fields[b"k"].decode() for _, fields in entries]
+        keys = [key for _, fields in entries if (key := _logged_key(fields)) is not None]
         new_cursor = entries[-1][0].decode() if entries else cursor
-        return WrittenKeys(keys, new_cursor, complete)
+        return WrittenKeys(keys, new_cursor, complete, len(entries) - len(keys))
 
     def clear(self, namespace: str) -> int:
         count = 0
@@ -827,6 +827,15 @@ def _continues(info: dict[Any, Any], cursor: str) -> bool:
     if first and _stream_id(first[0]) <= at:
         return True
     return at == (0, 0) and int(info.get("entries-added", -1)) == int(info.get("length", 0))
+
+
+def _logged_key(fields: dict[bytes, bytes]) -> str | None:
+    """The key a write log record names; ``None`` for a hostile record (no key, not UTF-8),
+    which the reader passes over instead of stopping the log at it."""
+    try:
+        return fields[b"k"].decode()
+    except (KeyError, UnicodeDecodeError):
+        return None
 
 
 def _logged_id(fields: dict[bytes, bytes]) -> str:
