@@ -1,8 +1,8 @@
 """What a hand or a bug may leave in the shared Redis: a key of another type where an entry
-belongs, a record of the write log that names no key.  Each is skipped as the documented hostile
-value is (docs/security.md: a miss, the key deleted, a counter incremented), never read as a
-store failure: the rest goes on being served.  Each test has a private redis-server; commands
-run as a user runs them, in a fresh process."""
+belongs, a record of the write log that names no key, a shared counter that is no whole number.
+Each is skipped as the documented hostile value is (docs/security.md: a miss, the key deleted, a
+counter incremented), never read as a store failure: the rest goes on being served and counted.
+Each test has a private redis-server; commands run as a user runs them, in a fresh process."""
 
 from __future__ import annotations
 
@@ -126,3 +126,41 @@ def test_a_write_log_record_that_names_no_key_is_skipped(private_redis: RedisSer
         stats = reader.stats()["exact"]
     assert stats["wlog_skipped"] == 2
     assert "refresh_errors" not in stats
+
+
+# what a hand may write among the counters every process adds to (``tricache:{ns}:stats:<n>``)
+HOSTILE_STATS: dict[str, Callable[[redis.Redis, str], object]] = {
+    "NaN": lambda client, key: client.hset(key, "exact.misses", "NaN"),
+    "1.5": lambda client, key: client.hset(key, "exact.misses", "1.5"),
+    "x": lambda client, key: client.hset(key, "made_up.counter", "x"),
+    "a bucket of another type": lambda client, key: client.rpush(_bucket_before(key), "x"),
+}
+
+
+def _bucket_before(key: str) -> str:
+    head, _, bucket = key.rpartition(":")
+    return f"{head}:{int(bucket) - 1}"
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE_STATS))
+def test_a_shared_counter_that_is_no_whole_number_is_left_out(
+    private_redis: RedisServer, hostile: str
+) -> None:
+    with open_cache(private_redis) as cache:
+        for i in range(3):
+            asked = cache.request(f"How do I export report {i}?")
+            cache.lookup(asked)
+            cache.update(asked, "a")
+            cache.lookup(asked)
+    client = redis.Redis.from_url(private_redis.url, decode_responses=True)
+    [key] = client.keys(f"tricache:{{{NAMESPACE}}}:stats:*")
+    HOSTILE_STATS[hostile](client, key)
+    where = ["--redis-url", private_redis.url, "--namespace", NAMESPACE]
+    figures = tricache("stats", "--json", *where)
+    assert figures.returncode == 0, figures.stderr
+    assert json.loads(figures.stdout.splitlines()[-1])["lookups"] == 6
+    table = tricache("stats", *where)
+    assert table.returncode == 0, table.stderr
+    exposition = tricache("metrics", "--once", *where)
+    assert exposition.returncode == 0, exposition.stderr
+    assert 'tricache_events_total{event="lookups",tier="requests"} 6.0' in exposition.stdout

@@ -483,10 +483,9 @@ class _RedisLogs(_RedisClients):
         for bucket in range(max(since, now - STATS_KEPT_S // STATS_BUCKET_S), now + 1):
             pipe.hgetall(_stats(namespace, bucket))
         totals: dict[str, int] = {}
-        for found in pipe.execute():
-            for name, n in (found or {}).items():
-                key = _text(name)
-                totals[key] = totals.get(key, 0) + int(n)
+        for found in pipe.execute(raise_on_error=False):
+            for name, n in _counters(found):
+                totals[name] = totals.get(name, 0) + n
         return totals
 
     def journal(self, namespace: str, records: Sequence[bytes]) -> int:
@@ -762,9 +761,28 @@ def _not_an_entry(exc: redis.ResponseError) -> Record:
     """A key of another type where an entry belongs (a hash, a list: written by hand) reads
     as a value the entry codec rejects, so the tier deletes it as corrupt, as it does a
     string of garbage; the store's other refusals are raised."""
-    if not str(exc).startswith("WRONGTYPE"):
+    if not _wrong_type(exc):
         raise exc
     return Record(b"", 0.0)
+
+
+def _wrong_type(exc: object) -> bool:
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE")
+
+
+def _counters(found: dict[Any, Any] | Exception) -> Iterator[tuple[str, int]]:
+    """The counters of one stats bucket (its ``HGETALL``); what a hand wrote there, a bucket
+    of another type or a value that is no whole number (``NaN``, ``1.5``), is left out, so it
+    cannot break the figures."""
+    if _wrong_type(found):
+        return
+    if isinstance(found, Exception):
+        raise found
+    for name, raw in found.items():
+        try:
+            yield _text(name), int(raw)
+        except ValueError:  # (a name that is not UTF-8 too)
+            continue
 
 
 def _wlog(key: str) -> str:
