@@ -589,3 +589,33 @@ def test_a_lookup_under_a_hung_store_makes_one_store_call(server: RedisServer) -
     sleeper.join()
     errors = [k for k in after if k.endswith("_errors")]
     assert sum(after[k] - before.get(k, 0) for k in errors) == 1
+
+
+@pytest.mark.parametrize("spelling", ["localhost", "no database", "symlinked folder"])
+def test_caches_on_one_store_spelled_two_ways_hear_each_other_at_once(
+    tmp_path: Path, redis_client: redis.Redis, namespace: str, spelling: str
+) -> None:
+    """Two caches of one process on one store see each other's invalidations as soon as the
+    call returns, however the store was named: by another spelling they waited for a poll."""
+    if spelling == "symlinked folder":
+        (tmp_path / "real").mkdir()
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        places = [
+            {"path": tmp_path / "real" / "c.sqlite3"},
+            {"path": tmp_path / "link" / "c.sqlite3"},
+        ]
+    else:
+        other = "redis://localhost:6379/0" if spelling == "localhost" else "redis://127.0.0.1:6379"
+        places = [{"redis_url": "redis://127.0.0.1:6379/0"}, {"redis_url": other}]
+    a, b = (Cache(namespace=namespace, semantic=False, faq=False, **place) for place in places)
+    try:
+        for _ in range(3):
+            request = a.request("Which plans include SSO?", tags=["pricing"])
+            if a.lookup(request) is None:
+                a.update(request, "The old price list.")
+            assert a.lookup(a.request("Which plans include SSO?", tags=["pricing"])) is not None
+            b.invalidate("pricing")
+            assert a.lookup(a.request("Which plans include SSO?", tags=["pricing"])) is None
+    finally:
+        a.close()
+        b.close()

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 import weakref
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgpack
 
@@ -302,11 +304,30 @@ def _warn_if_evicting(policy: str | None) -> None:
 
 
 def _location(store: L2Store | None) -> str:
-    """What identifies a store across the caches of one process."""
+    """What identifies a store across the caches of one process, however it was spelled: a
+    file by its real path (a symlinked folder, ``./``), a server by its address and database
+    (``localhost`` is ``127.0.0.1``, no database is ``/0``)."""
     if store is None:
         return f"none:{next(_places)}"  # no store: nothing shared (a unique place)
-    where = getattr(store, "url", None) or getattr(store, "path", None)
-    return f"{store.name}:{where}" if where is not None else f"{store.name}:{id(store)}"
+    url, path = getattr(store, "url", None), getattr(store, "path", None)
+    if isinstance(url, str):
+        return f"{store.name}:{_server(url)}"
+    if path is not None:
+        return f"{store.name}:{os.path.realpath(path)}"
+    return f"{store.name}:{id(store)}"
+
+
+def _server(url: str) -> str:
+    """A Redis URL as host, port and database (a cluster's or an odd URL: as given)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or 6379
+    except ValueError:
+        return url
+    host = "127.0.0.1" if host in ("localhost", "::1") else host
+    database = parts.path.strip("/") or "0"
+    return f"{parts.scheme}://{host}:{port}/{database}"
 
 
 _places = itertools.count()
