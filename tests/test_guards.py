@@ -103,6 +103,10 @@ REFUSED = [
     ("怎么联系房东", "房东怎么联系我", "structure.order"),
     ("怎么给妈妈打电话", "妈妈怎么给我打电话", "structure.order"),
     ("怎么向银行借钱", "银行怎么向我借钱", "structure.order"),
+    # how to tell whether it is so, against how to do it
+    ("How do I change my password?", "How do I know if someone changed my password?",
+     "question.form"),
+    ("怎么屏蔽别人", "怎么知道别人屏蔽了我", "question.form"),
     # who acts and whose thing it is trade places
     ("Can my employer see my browsing history?", "Can I see my employer's browsing history?",
      "structure.order"),
@@ -174,6 +178,8 @@ PASSED = [
     ("谁是秦始皇的父亲", "秦始皇的父亲是谁"),
     ("How can my password be reset?", "How do I reset my password?"),
     ("How can I make money as a musician?", "How do musicians make money?"),
+    ("How do you check your Yahoo Mail inbox?", "How can I check my Yahoo Mail inbox?"),
+    ("How do I know if a US passport is fake?", "How can you tell if a US passport is fake?"),
     (
         "How can I get a girlfriend if I am shy and socially awkward?",
         "How do I get a girlfriend if I am socially awkward and shy?",

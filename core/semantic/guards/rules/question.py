@@ -17,9 +17,27 @@ def wh_word(a: Analysis, b: Analysis) -> str | None:
 def question_form(a: Analysis, b: Analysis) -> str | None:
     """A question asking for a fact against one asking yes or no: "How tall is the Eiffel
     Tower?" / "Is the Eiffel Tower tall?", "How can I reset it?" / "Can I reset it?", 怎么注册 /
-    可以注册吗.  (Which fact, when both ask for one, is the question-word guard's.)"""
+    可以注册吗; or how to tell whether something is so against how to do it ("How do I know if
+    someone changed my password?" / "How do I change my password?").  (Which fact, when both
+    ask for one, is the question-word guard's.)"""
     forms = {form_of(a), form_of(b)}
-    return "question_form" if forms == {"fact", "yes/no"} else None
+    if forms == {"fact", "yes/no"} or _asks_whether(a) != _asks_whether(b):
+        return "question_form"
+    return None
+
+
+def _asks_whether(a: Analysis) -> bool:
+    """How to tell whether something is so ("How do I know if someone changed my password?",
+    怎么知道别人屏蔽了我): another question than how to do it, or what it is."""
+    return (_WHETHER_ZH if a.zh else _WHETHER_EN).search(a.text) is not None
+
+
+_WHETHER_EN = re.compile(
+    r"\b(?:know|tell|find out|check|see|sure|verify|determine|detect)\s+(?:if|whether)\b|"
+    r"\bhow (?:do|can|could|would|should|will) (?:i|you|we|one|people) (?:ever )?"
+    r"(?:know|tell|be sure|verify|determine|detect)\b"
+)
+_WHETHER_ZH = re.compile(r"(?:怎么|如何|怎样|咋)(?:才能)?(?:知道|判断|看出|确定|发现|查出)")
 
 
 def form_of(a: Analysis) -> str | None:
