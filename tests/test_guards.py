@@ -114,6 +114,11 @@ REFUSED = [
      "structure.order"),
     ("Can you access my files?", "Can I access your files?", "structure.order"),
     ("Can my boss fire me?", "Can I fire my boss?", "structure.order"),
+    ("Can my roommate use my Netflix account?", "Can I use my roommate's Netflix account?",
+     "structure.order"),
+    ("Do I have to pay my parents' debts?", "Do my parents have to pay my debts?",
+     "structure.order"),
+    ("Can Apple see my iMessages?", "Can I see Apple's iMessages?", "structure.order"),
     # the one asked for stands where it acts; whose it is, asked on one side only
     ("猫吃什么", "什么吃猫", "structure.order"),
     ("他打了谁", "谁打了他", "structure.order"),
@@ -178,6 +183,7 @@ PASSED = [
     ("谁是秦始皇的父亲", "秦始皇的父亲是谁"),
     ("How can my password be reset?", "How do I reset my password?"),
     ("How can I make money as a musician?", "How do musicians make money?"),
+    ("How many architects do we have in India?", "How many architects does India have?"),
     ("How do you check your Yahoo Mail inbox?", "How can I check my Yahoo Mail inbox?"),
     ("How do I know if a US passport is fake?", "How can you tell if a US passport is fake?"),
     (

@@ -178,28 +178,43 @@ def _moved_to_a_person(
     if moved not in my[j + 1 :] or moved in mx[i + 1 :] or moved in my[:j]:
         return False
     k = my.index(moved, j + 1)
-    if "as" in y.tokens[max(0, k - 2) : k]:
-        return False  # "How can I make money as a musician?" asks what musicians do
+    if _ROLE_OR_PLACE & set(y.tokens[max(0, k - 2) : k]):
+        return False  # "… money as a musician?" asks what musicians do; "… do we have in India?"
     if not (_someone(x, before_x[-1]) and _someone(y, k)):
         return False  # "lose weight fast" / "the fastest way to lose weight": no one moved
-    between = (*x.tokens[before_x[-1] + 1 : i], *y.tokens[before_y[-1] + 1 : j])
-    # each right before the word, but for auxiliaries ("Can my employer see"); not what one
-    # *is* ("if I am shy and socially awkward"), nor a word's modifier ("to factory settings")
-    return all(t in _AUXILIARIES or t.endswith("ly") for t in between)
+    # each right before the word, but for auxiliaries ("Can my employer see", "have to pay");
+    # not what one *is* ("if I am shy and socially awkward"), nor a word's modifier ("reset my
+    # router to factory settings")
+    return _auxiliaries(x.tokens[before_x[-1] + 1 : i]) and _auxiliaries(
+        y.tokens[before_y[-1] + 1 : j]
+    )
+
+
+def _auxiliaries(tokens: tuple[str, ...]) -> bool:
+    """Only auxiliaries, adverbs in -ly, and "to" after one ("have to", "want to")."""
+    return all(
+        t in _AUXILIARIES or t.endswith("ly") or (t == "to" and i and tokens[i - 1] in _AUXILIARIES)
+        for i, t in enumerate(tokens)
+    )
 
 
 def _someone(a: Analysis, k: int) -> bool:
     """The ``k``-th token names someone or something that may act: a person, or a word after
     an owner or an article ("my employer", "the landlord")."""
     token, before = a.tokens[k], a.tokens[k - 1] if k else ""
-    return token in _ACTORS_EN or token in _OWNERS_EN or before in _DETERMINERS
+    return (
+        token in _ACTORS_EN or token in _OWNERS_EN or before in _DETERMINERS
+    ) or token in a.entities  # "Can Apple see my iMessages?"
 
 
 _DETERMINERS = frozenset(("the", "a", "an", *_OWNERS_EN, "her"))
 _AUXILIARIES = frozenset(
     "can could would will should shall may might must do does did not never also still ever "
-    "even just".split()
+    "even just have has had need needs want wants able allowed going got ought".split()
 )
+_ROLE_OR_PLACE = frozenset("as in at on from for with near inside within across".split())
+# Verbs the stopword list holds that still say who does what: "Can my roommate use my account?"
+_ACTING_STOPWORDS = frozenset("use get have make take give let help need".split())
 
 
 def _mentions_en(a: Analysis) -> list[str | None]:
@@ -210,7 +225,8 @@ def _mentions_en(a: Analysis) -> list[str | None]:
     for token in a.tokens:
         person = _ACTORS_EN.get(token) or _OWNERS_EN.get(token)
         word = stem(token)
-        out.append(person or (word if word in kept and not token.endswith("ly") else None))
+        content = (word in kept and not token.endswith("ly")) or token in _ACTING_STOPWORDS
+        out.append(person or (word if content else None))
     return out
 
 
