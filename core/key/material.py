@@ -78,5 +78,15 @@ def instructs_on_text(system: str) -> bool:
 
 def hands_over_text(message: str) -> bool:
     """True when ``message`` is an instruction that works on a text followed by the text ("Is
-    this sentence grammatical?\\nWhere you are going?", "翻译成英文：天空为什么是蓝色的？")."""
-    return _HANDS_OVER.search(message.lstrip()[:2000]) is not None
+    this sentence grammatical?\\nWhere you are going?", "翻译成英文：天空为什么是蓝色的？").
+    Asked on every lookup: a message with no colon or line break is no such thing, and the
+    others are memoized."""
+    head = message.lstrip()[:2000]
+    if ":" not in head and "：" not in head and "\n" not in head:
+        return False
+    return _hands_over(head)
+
+
+@lru_cache(maxsize=4096)
+def _hands_over(head: str) -> bool:
+    return _HANDS_OVER.search(head) is not None
