@@ -103,6 +103,8 @@ REFUSED = [
     ("怎么联系房东", "房东怎么联系我", "structure.order"),
     ("怎么给妈妈打电话", "妈妈怎么给我打电话", "structure.order"),
     ("怎么向银行借钱", "银行怎么向我借钱", "structure.order"),
+    # another owner, the asker not swapped along with it
+    ("Forgot my password", "I forgot his password", "structure.relation"),
     # how to tell whether it is so, against how to do it
     ("How do I change my password?", "How do I know if someone changed my password?",
      "question.form"),
@@ -184,6 +186,7 @@ PASSED = [
     ("How can my password be reset?", "How do I reset my password?"),
     ("How can I make money as a musician?", "How do musicians make money?"),
     ("How many architects do we have in India?", "How many architects does India have?"),
+    ("How can we improve our reflexes?", "How can I improve my reflexes?"),
     ("How do you check your Yahoo Mail inbox?", "How can I check my Yahoo Mail inbox?"),
     ("How do I know if a US passport is fake?", "How can you tell if a US passport is fake?"),
     (

@@ -94,11 +94,32 @@ def relation(a: Analysis, b: Analysis) -> str | None:
         return "relation"
     if _degree_differs(a, b) or _degree_differs(b, a):
         return "relation"
-    # "my password" / "his password" with the same asker; "How do I reset my password?" /
-    # "How do you reset your password?" is the generic "you", the asker swapped along
-    if _swapped(_POSSESSIVES, words_a, words_b) and _persons(words_a) == _persons(words_b):
+    # "my password" / "his password"; "How do I reset my password?" / "How do you reset your
+    # password?" is the generic "you": my / your with the asker swapped along
+    if _swapped(_POSSESSIVES, words_a, words_b) and not (
+        _generic_you(words_a, words_b) and _persons(words_a) != _persons(words_b)
+    ):
         return "relation"
     return None
+
+
+def _generic_you(words_a: set[str], words_b: set[str]) -> bool:
+    """The owners the two sides do not share are each the generic asker's: my, our, your,
+    their, or "his or her" ("How can we improve our reflexes?" / "How can I improve my
+    reflexes?"); not "his" alone ("I forgot my password" / "I forgot his password")."""
+    owners_a, owners_b = _owners_en(words_a), _owners_en(words_b)
+    only_a, only_b = owners_a - owners_b, owners_b - owners_a
+    return bool(only_a and only_b) and (only_a | only_b) <= _GENERIC_OWNERS
+
+
+def _owners_en(words: set[str]) -> set[str]:
+    owners = {_POSSESSIVES[w] for w in words if w in _POSSESSIVES}
+    if {"his", "her"} <= words:  # "his or her": anyone's
+        owners = (owners - {"3m", "3f"}) | {"3p"}
+    return owners
+
+
+_GENERIC_OWNERS = frozenset(("1s", "1p", "2", "3p"))
 
 
 # Both languages: the order of the shared words -----------------------------------------------
