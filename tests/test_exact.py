@@ -33,12 +33,12 @@ def test_tenants_and_namespaces_never_see_each_other(make_cache: CacheFactory) -
     a = make_cache(tenant="alice")
     b = make_cache(tenant="bob")
     other_ns = make_cache(namespace=a.namespace + "x", tenant="alice")
-    a.update(a.request("what is my plan?"), "alice: Pro")
-    assert b.lookup(b.request("what is my plan?")) is None
-    assert other_ns.lookup(other_ns.request("what is my plan?")) is None
+    a.update(a.request("how do i upgrade my plan?"), "alice: Pro")
+    assert b.lookup(b.request("how do i upgrade my plan?")) is None
+    assert other_ns.lookup(other_ns.request("how do i upgrade my plan?")) is None
     # the same process and L1, a per-call tenant
-    assert a.lookup(a.request("what is my plan?", tenant="bob")) is None
-    assert a.lookup(a.request("what is my plan?")).text == "alice: Pro"  # type: ignore[union-attr]
+    assert a.lookup(a.request("how do i upgrade my plan?", tenant="bob")) is None
+    assert a.lookup(a.request("how do i upgrade my plan?")).text == "alice: Pro"  # type: ignore[union-attr]
 
 
 def test_kb_version_bump_makes_every_entry_stale(make_cache: CacheFactory) -> None:

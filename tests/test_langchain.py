@@ -105,18 +105,19 @@ def test_message_ids_do_not_change_the_key(global_cache: TriCache) -> None:
 
 def test_tenants_are_isolated(global_cache: TriCache) -> None:
     with tenant("alice"):
-        chat("alice's plan: Pro").invoke("What is my plan?")
+        chat("alice's plan: Pro").invoke("How do I upgrade my plan?")
     with tenant("bob"):
-        assert chat("bob's plan: Basic").invoke("What is my plan?").content == "bob's plan: Basic"
+        said = chat("bob's plan: Basic").invoke("How do I upgrade my plan?").content
+        assert said == "bob's plan: Basic"
     with tenant("alice"):
-        assert chat("NOT CALLED").invoke("What is my plan?").content == "alice's plan: Pro"
+        assert chat("NOT CALLED").invoke("How do I upgrade my plan?").content == "alice's plan: Pro"
 
 
 def test_a_repeated_prompt_keeps_its_tenant_and_options(core: Cache) -> None:
     """The cache reuses the request of a prompt it saw (a memo): never across tenants,
     nor across the tags or category the run asks for."""
     cache = TriCache(cache=core)
-    prompt, llm_string = "What is my plan?", "fake-llm"
+    prompt, llm_string = "How do I upgrade my plan?", "fake-llm"
     first, _ = cache._request(prompt, llm_string)
     assert first is not None and cache._request(prompt, llm_string)[0] is first
     with tenant("alice"):

@@ -320,11 +320,11 @@ def test_tenants_do_not_share(core: Cache) -> None:
     inner = ScriptedLLM(answers=["for acme", "for globex"])
     llm = TriCacheLLM(inner, cache=core)
     with tenant("acme"):
-        assert llm.chat(user("What is my plan?")).message.content == "for acme"
+        assert llm.chat(user("How do I upgrade my plan?")).message.content == "for acme"
     with tenant("globex"):
-        assert llm.chat(user("What is my plan?")).message.content == "for globex"
+        assert llm.chat(user("How do I upgrade my plan?")).message.content == "for globex"
     with tenant("acme"):
-        assert llm.chat(user("What is my plan?")).message.content == "for acme"
+        assert llm.chat(user("How do I upgrade my plan?")).message.content == "for acme"
     assert len(inner.calls) == 2
 
 
@@ -563,14 +563,15 @@ def test_cached_query_engines_over_one_index_never_share_across_settings(
     ]
     for engine in engines:
         cached = CachedQueryEngine(engine, core, index=index)
-        served, fresh = cached.query("What is my plan?"), engine.query("What is my plan?")
+        question = "How do I upgrade my plan?"
+        served, fresh = cached.query(question), engine.query(question)
         assert str(served) == str(fresh)
         assert [n.node.metadata for n in served.source_nodes] == [
             n.node.metadata for n in fresh.source_nodes
         ]
-        again = cached.query("What is my plan?")
+        again = cached.query("How do I upgrade my plan?")
         assert again.metadata["tricache"]["tier"] == "exact" and str(again) == str(fresh)
-    assert len({str(e.query("What is my plan?")) for e in engines}) == len(engines)
+    assert len({str(e.query("How do I upgrade my plan?")) for e in engines}) == len(engines)
 
 
 def test_an_engine_that_cannot_be_fingerprinted_is_not_cached(
@@ -694,7 +695,7 @@ def test_served_responses_are_copies_a_caller_may_edit(
 ) -> None:
     llm = TriCacheLLM(ExtrasLLM(answers=["Gold."]), cache=core)
     for _ in range(3):
-        served = llm.chat(user("What is my plan?"))
+        served = llm.chat(user("How do I upgrade my plan?"))
         assert served.message.content == "Gold."
         assert served.message.additional_kwargs["citations"] == [{"page": 1}]
         served.message.additional_kwargs["citations"][0]["page"] = 99

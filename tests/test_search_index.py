@@ -576,7 +576,7 @@ def test_the_semantic_tier_on_the_query_engine(search_server: SearchServer) -> N
             return ref
 
         ref = store("How do I reset my password?", "Use 'Forgot password'.")
-        store("What is my plan?", "alice: Pro", tenant="alice")
+        store("How do I upgrade my plan?", "alice: Pro", tenant="alice")
 
         def looked_up(question: str, **kw: Any) -> Any:
             return reader.lookup(ask(CacheRequest(question, namespace=NS, **kw), ""), entries.get)
@@ -589,15 +589,16 @@ def test_the_semantic_tier_on_the_query_engine(search_server: SearchServer) -> N
         for look_alike in ("How do I not reset my password?", "How do I reset my email?"):
             assert looked_up(look_alike) is None, look_alike
         assert reader.metrics.snapshot()["semantic"].get("guard_polarity.negation", 0) >= 1
-        assert looked_up("What's my plan?", tenant="bob") is None  # another tenant's scope
-        assert looked_up("What's my plan?", tenant="alice") is not None
+        paraphrase = "How can I upgrade my plan?"
+        assert looked_up(paraphrase, tenant="bob") is None  # another tenant's scope
+        assert looked_up(paraphrase, tenant="alice") is not None
 
         del entries[ref]  # the answer expired or went stale: its point is a miss, then goes
         assert looked_up("How can I reset my password?") is None
         assert until(lambda: index.count() == 1)
         assert looked_up("How can I reset my password?") is None
         writer.clear(NS)
-        assert index.count() == 0 and looked_up("What's my plan?", tenant="alice") is None
+        assert index.count() == 0 and looked_up(paraphrase, tenant="alice") is None
     finally:
         index.close()
         other_process.close()

@@ -96,12 +96,12 @@ def test_reworded_look_alikes_are_refused(cache: Cache, stored: str, asked: str)
 
 
 def test_tenants_never_see_each_other(cache: Cache) -> None:
-    _store(cache, "What is my plan?", "alice: Pro", tenant="alice")
-    assert cache.lookup(cache.request("What's my plan?", tenant="bob")) is None
-    assert cache.lookup(cache.request("What's my plan?", tenant="alice")) is not None
+    _store(cache, "How do I upgrade my plan?", "alice: Pro", tenant="alice")
+    assert cache.lookup(cache.request("How can I upgrade my plan?", tenant="bob")) is None
+    assert cache.lookup(cache.request("How can I upgrade my plan?", tenant="alice")) is not None
     # tenants that differ only in characters a model cannot encode stay apart
-    _store(cache, "What is my plan?", "surrogate tenant", tenant="t\ud800")
-    hit = cache.lookup(cache.request("What's my plan?", tenant="t\udbff"))
+    _store(cache, "How do I upgrade my plan?", "surrogate tenant", tenant="t\ud800")
+    hit = cache.lookup(cache.request("How can I upgrade my plan?", tenant="t\udbff"))
     assert hit is None
 
 
