@@ -318,12 +318,14 @@ def _location(store: L2Store | None) -> str:
 
 
 def _server(url: str) -> str:
-    """A Redis URL as host, port and database (a cluster's or an odd URL: as given)."""
+    """A Redis URL as host, port and database (a socket's or an odd URL: as given)."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or "127.0.0.1"
         port = parts.port or 6379
     except ValueError:
+        return url
+    if parts.scheme not in ("redis", "rediss"):
         return url
     host = "127.0.0.1" if host in ("localhost", "::1") else host
     database = parts.path.strip("/") or "0"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from .canonical import canonical
 from .forms import folded
-from .material import hands_over_text, instructs_on_text
+from .material import is_material
 from .question import Located, locate
 from .request import CacheRequest
 from .script import lang
@@ -80,6 +80,6 @@ def ask(request: CacheRequest, key: str) -> Asked:
     """``request`` analysed: ``key`` is its exact key (the tier's settings decide it).  A
     message that is material to work on ("Translate the user's message …") has no question
     to compare (``material.py``)."""
-    if instructs_on_text(request.system) or hands_over_text(request.query):
+    if is_material(request.system, request.query):
         return Asked(request, key, None)
     return Asked(request, key, locate(request.query))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["hands_over_text", "instructs_on_text"]
+__all__ = ["hands_over_text", "instructs_on_text", "is_material"]
 
 # Operations on wording: the text's form is what they answer
 _WORDING = (
@@ -61,6 +61,12 @@ _HANDS_OVER = re.compile(
     rf"^[^\n:：]{{0,200}}?(?:{_WORDING}|{_ON_A_TEXT}|{_THIS_TEXT})[^\n:：]*[:：\n]\s*\S",
     re.IGNORECASE,
 )
+
+
+def is_material(system: str, message: str) -> bool:
+    """True when ``message``, under ``system``, is a text to work on: its system prompt works
+    on the user's text, or it hands its text over itself."""
+    return instructs_on_text(system) or hands_over_text(message)
 
 
 @lru_cache(maxsize=4096)

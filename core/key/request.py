@@ -11,7 +11,7 @@ from hashlib import blake2b
 import msgpack
 
 from ..runtime.memo import ENTRY_BYTES, Memo, text_size
-from .material import hands_over_text, instructs_on_text
+from .material import is_material
 from .normalize import normalize
 
 __all__ = [
@@ -194,7 +194,7 @@ def context_token(text: str) -> str:
 def keyed_query(request: CacheRequest) -> str:
     """The question as the exact key holds it: normalized, or as typed (bar line ends) when it
     is material the model works on (``material.py``: "Translate the user's message …")."""
-    if instructs_on_text(request.system) or hands_over_text(request.query):
+    if is_material(request.system, request.query):
         return request.query.replace("\r\n", "\n")
     return normalize_query(request.query)
 
