@@ -440,7 +440,7 @@ class _FaqSearch(_FaqFile):
             if match.score < floor:
                 return
             if writing(match.matched) != asked_in:
-                continue  # "Docker是什么" is not answered in English: a form in its language is
+                continue  # "Docker是什么" gets no answer curated for "What is Docker?"
             guards = self.guards if match.score >= STRICT_BELOW else self._strict_guards
             if check(match.matched, query, guards)[0] is None:
                 if not self._rejected(match.faq_id, query):
