@@ -18,6 +18,7 @@ from ..lexicon import (
     STOPWORDS_ZH,
     WH_EN,
     phrases,
+    table,
     words,
 )
 from .shared import content, content_stems, stem
@@ -127,12 +128,12 @@ _GENERIC_OWNERS = frozenset(("1s", "1p", "2", "3p"))
 # A person as the object of a word: "follow me", "联系我" (not 我的, a possessive; "her" is
 # either, "them" and "it" as often things said before: "hiccups won't stop, how do I get rid
 # of them", and "us" the US once case-folded)
-_OBJECT_PERSONS_EN = frozenset(("me", "him", "you"))
+_OBJECT_PERSONS_EN = words("object_persons_en")
 # ... and in Chinese the one asked for, which stands where it acts: 猫吃什么 / 什么吃猫
-_PERSONS_ZH = frozenset("我 我们 你 你们 您 他 她 他们 她们 谁 什么".split())
-_COPULAS_ZH = frozenset(("是", "为"))
+_PERSONS_ZH = words("role_persons_zh")
+_COPULAS_ZH = words("copulas_zh")
 _ASKED_ZH = frozenset(("谁", "什么"))
-_FINAL_ZH = frozenset("吗 呢 啊 呀 吧 啦 了".split())
+_FINAL_ZH = words("final_particles_zh")
 
 
 def _roles_swapped(a: Analysis, b: Analysis) -> bool:
@@ -159,12 +160,8 @@ def _roles_swapped(a: Analysis, b: Analysis) -> bool:
 
 
 # Who acts, by person ("me" is "I"), and who owns ("my" is "I" too): what moved, in English
-_ACTORS_EN = {
-    "i": "i", "me": "i", "you": "you", "he": "he", "him": "he", "she": "she", "we": "we",
-    "us": "we", "they": "they", "them": "they", "someone": "someone", "somebody": "someone",
-    "anyone": "anyone", "anybody": "anyone",
-}  # fmt: skip
-_OWNERS_EN = {"my": "i", "your": "you", "his": "he", "our": "we", "their": "they"}
+_ACTORS_EN = table("actors_en")
+_OWNERS_EN = table("owners_en")
 
 
 def _places_swapped(a: Analysis, b: Analysis) -> bool:
@@ -228,14 +225,11 @@ def _someone(a: Analysis, k: int) -> bool:
     ) or token in a.entities  # "Can Apple see my iMessages?"
 
 
-_DETERMINERS = frozenset(("the", "a", "an", *_OWNERS_EN, "her"))
-_AUXILIARIES = frozenset(
-    "can could would will should shall may might must do does did not never also still ever "
-    "even just have has had need needs want wants able allowed going got ought".split()
-)
-_ROLE_OR_PLACE = frozenset("as in at on from for with near inside within across".split())
+_DETERMINERS = words("determiners_en")
+_AUXILIARIES = words("role_auxiliaries_en")
+_ROLE_OR_PLACE = words("role_or_place_en")
 # Verbs the stopword list holds that still say who does what: "Can my roommate use my account?"
-_ACTING_STOPWORDS = frozenset("use get have make take give let help need".split())
+_ACTING_STOPWORDS = words("acting_stopwords_en")
 
 
 def _mentions_en(a: Analysis) -> list[str | None]:
