@@ -125,6 +125,7 @@ REFUSED = [
     ("猫吃什么", "什么吃猫", "structure.order"),
     ("他打了谁", "谁打了他", "structure.order"),
     ("秦始皇的父亲是谁", "秦始皇是谁的父亲", "structure.order"),
+    ("哈利波特的教父是谁", "哈利波特是谁的教父", "structure.order"),
     ("When do you use its?", "When do you use it's?", "literal.apostrophe"),
     ("Were you there?", "We're you there?", "literal.apostrophe"),
     ("Can I file taxes?", "Can I file taxes myself?", "mood.focus"),

@@ -39,6 +39,8 @@ SYSTEM_TASKS = [
     ("You are a copy editor.", "how do i reset my password", "How do I reset my password?"),
     ("You are an echo bot.", "What's up?", "Whats up?"),
     ("Answer with just the number of words.", "Hi, how are you?", "How are you?"),
+    ("Answer with the number of words only.", "Um, hi, how do I reset my password? Thanks",
+     "How do I reset my password?"),
     ("你是一个复读机。", "那个，请问怎么重置密码？", "怎么重置密码？"),
     ("只回答字数。", "那个，请问怎么重置密码？", "怎么重置密码？"),
 ]  # fmt: skip

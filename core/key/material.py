@@ -30,7 +30,8 @@ _WORDING = (
     r"\b(?:translat\w*|transliterat\w*|proofread\w*|paraphras\w*|rephras\w*|reword\w*|"
     r"rewrit\w*|spell[- ]?check\w*|grammar|grammatical\w*|ungrammatical|punctuat\w*|"
     r"copy[- ]?edit\w*|echo bot|echo back|repeat back|"
-    r"(?:only|just) (?:the )?number of (?:words|characters|letters|sentences))\b"
+    r"(?:only|just) (?:the )?number of (?:words|characters|letters|sentences)|"
+    r"number of (?:words|characters|letters|sentences) only)\b"
     r"|翻译|译成|译为|润色|改写|校对|纠错|病句|语法|通顺|标点|复读|只(?:回答|输出|给出)?字数|全角|半角"
 )
 # Other operations on a text: they work on it when the text is named

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from itertools import pairwise
 
-from ....key.script import CJK
+from ....key.script import CJK, HAN
 from ..analysis import Analysis, analyze
 from ..lexicon import (
     NEGATIONS_EN,
@@ -416,22 +416,17 @@ def _zh_reordered(a: Analysis, b: Analysis) -> bool:
 def _possessor_asked(a: Analysis, b: Analysis) -> bool:
     """Whose it is is asked on one side only: "秦始皇是谁的父亲" (whose father he is) /
     "秦始皇的父亲是谁" (who his father is): 谁的 W on one side, another word's W on the
-    other."""
-    owners_a, owners_b = _owners(a.tokens), _owners(b.tokens)
-    for x, y in ((owners_a, owners_b), (owners_b, owners_a)):
-        for owned in x.get("谁", ()):
-            if any(owned in y[o] for o in y if o != "谁") and owned not in y.get("谁", ()):
-                return True
+    other.  By characters: jieba may glue 的 to a neighbour (哈利波 / 特的)."""
+    for x, y in ((a.text, b.text), (b.text, a.text)):
+        for found in _WHOSE.finditer(x):
+            owned = found.group(1)
+            for n in range(len(owned), 0, -1):  # the owned word, longest first
+                if "的" + owned[:n] in y and "谁的" + owned[:n] not in y:
+                    return True
     return False
 
 
-def _owners(tokens: tuple[str, ...]) -> dict[str, set[str]]:
-    """Each word before a 的 and the words it owns (the word after that 的)."""
-    owners: dict[str, set[str]] = {}
-    for owner, tie, owned in zip(tokens, tokens[1:], tokens[2:], strict=False):
-        if tie == "的":
-            owners.setdefault(owner, set()).add(owned)
-    return owners
+_WHOSE = re.compile(f"谁的([{HAN}]{{1,4}})")
 
 
 def _zh_placement(a: Analysis, b: Analysis) -> list[int]:
