@@ -109,6 +109,7 @@ REFUSED = [
     ("How do I change my password?", "How do I know if someone changed my password?",
      "question.form"),
     ("怎么屏蔽别人", "怎么知道别人屏蔽了我", "question.form"),
+    ("哪个国家人口最多", "哪些国家人口最多", "question.form"),
     # who acts and whose thing it is trade places
     ("Can my employer see my browsing history?", "Can I see my employer's browsing history?",
      "structure.order"),

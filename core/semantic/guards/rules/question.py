@@ -23,7 +23,23 @@ def question_form(a: Analysis, b: Analysis) -> str | None:
     forms = {form_of(a), form_of(b)}
     if forms == {"fact", "yes/no"} or _asks_whether(a) != _asks_whether(b):
         return "question_form"
+    if a.zh and b.zh and {_how_many_zh(a), _how_many_zh(b)} == {"one", "several"}:
+        return "question_form"  # 哪个国家人口最多 / 哪些国家人口最多
     return None
+
+
+def _how_many_zh(a: Analysis) -> str | None:
+    """Whether a Chinese question asks for one (哪个, 哪位) or several (哪些, 哪几)."""
+    one, several = _ONE_ZH.search(a.text), _SEVERAL_ZH.search(a.text)
+    if bool(one) == bool(several):
+        return None
+    return "one" if one else "several"
+
+
+# (English pairs of this kind — "Which is the largest ocean?" / "Which are the largest
+# oceans?" — are labelled the same question in qqp and the gptcache positives: not refused)
+_ONE_ZH = re.compile(r"哪(?:一)?(?:个|位|家|只|款|座|国|部|本|条|件|台|辆)")
+_SEVERAL_ZH = re.compile(r"哪些|哪几")
 
 
 def _asks_whether(a: Analysis) -> bool:
