@@ -105,6 +105,8 @@ REFUSED = [
     ("怎么向银行借钱", "银行怎么向我借钱", "structure.order"),
     # another owner, the asker not swapped along with it
     ("Forgot my password", "I forgot his password", "structure.relation"),
+    ("Is it too late for me to learn piano?", "Is it too late for him to learn piano?",
+     "structure.relation"),
     # how to tell whether it is so, against how to do it
     ("How do I change my password?", "How do I know if someone changed my password?",
      "question.form"),

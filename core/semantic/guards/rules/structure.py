@@ -89,10 +89,16 @@ def relation(a: Analysis, b: Analysis) -> str | None:
     for classes in (_RELATION_CLASS, _CONJUNCTIONS):
         if _swapped(classes, words_a, words_b):
             return "relation"
-    # he / she / they / we: another person is asked about (I / you is the generic "you")
-    persons_a, persons_b = _persons(words_a) - _GENERIC, _persons(words_b) - _GENERIC
+    # he / she / they / we: another person is asked about (I / you is the generic "you"); he
+    # or she on one side only, against the asker on the other ("Is it too late for me / for
+    # him to learn piano?")
+    everyone_a, everyone_b = _persons(words_a), _persons(words_b)
+    persons_a, persons_b = everyone_a - _GENERIC, everyone_b - _GENERIC
     if persons_a - persons_b and persons_b - persons_a:
         return "relation"
+    for x, y in ((everyone_a, everyone_b), (everyone_b, everyone_a)):
+        if x & _THIRD and y and not y & _THIRD:
+            return "relation"
     if _degree_differs(a, b) or _degree_differs(b, a):
         return "relation"
     # "my password" / "his password"; "How do I reset my password?" / "How do you reset your
@@ -335,6 +341,7 @@ def _passive(a: Analysis) -> bool:
 _RELATION_CLASS = {w: w for w in RELATIONS_EN}
 _POSSESSIVES = {w: PERSONS_EN[w] for w in ("my", "our", "your", "his", "her", "their")}
 _GENERIC = frozenset(("1s", "2"))
+_THIRD = frozenset(("3m", "3f"))
 _CONJUNCTIONS = {"and": "and", "or": "or", "nor": "nor"}
 
 
