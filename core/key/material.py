@@ -34,7 +34,7 @@ _WORDING = (
     r"number of (?:words|characters|letters|sentences) only)\b"
     r"|翻译|译成|译为|润色|改写|校对|纠错|病句|语法|通顺|标点|复读|只(?:回答|输出|给出)?字数|全角|半角"
 )
-# Other operations on a text: they work on it when the text is named
+# Other operations on a text: a message's first line naming one, then the text, hands it over
 _ON_A_TEXT = (
     r"\b(?:count\w*|repeat\w*|echo\w*|revers\w*|summari[sz]\w*|capitali[sz]\w*|"
     r"correct|fix|rate|score|grade|judge|check|classify|analy[sz]e|spelling|typos?|convert|"
